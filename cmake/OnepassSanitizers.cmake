@@ -1,0 +1,12 @@
+# ONEPASS_SANITIZE=address|undefined|thread applies to every target in the tree.
+if(ONEPASS_SANITIZE)
+  if(NOT ONEPASS_SANITIZE MATCHES "^(address|undefined|thread)$")
+    message(FATAL_ERROR "ONEPASS_SANITIZE must be address, undefined or thread (got '${ONEPASS_SANITIZE}')")
+  endif()
+  set(onepass_san_flags -fsanitize=${ONEPASS_SANITIZE} -fno-omit-frame-pointer -g)
+  if(ONEPASS_SANITIZE STREQUAL "undefined")
+    list(APPEND onepass_san_flags -fno-sanitize-recover=undefined)
+  endif()
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:${onepass_san_flags}>)
+  add_link_options(${onepass_san_flags})
+endif()

@@ -1,0 +1,90 @@
+// Backend: a Device that can run kernels. The narrow interface every backend implements
+// (allocate, kernel lookup, encode dispatch, encode barrier, submit, wait, timing).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "onepass/core/device.h"
+#include "onepass/core/options.h"
+#include "onepass/exec/dispatch.h"
+#include "onepass/exec/fusion.h"
+#include "onepass/exec/kernel.h"
+
+namespace onepass {
+
+/// How a submission reaches the device.
+enum class SubmitMode : uint8_t {
+  immediate,  // each dispatch is launched as it is appended (CUDA: on the stream)
+  graph,      // dispatches and their ordering are collected and launched at commit as one
+              // unit (CUDA: a CUDA graph, cached by topology)
+};
+
+/// A submission that can be launched again and again without re-encoding (a replayed
+/// CUDA graph; on the CPU, the stored schedule).
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  /// Starts one run.
+  virtual void launch() = 0;
+  /// Blocks until the last run has finished; throws Error on a device fault.
+  virtual void wait() = 0;
+  /// GPU time of the last run, when measured (profiling on).
+  virtual std::optional<uint64_t> gpu_time_ns() const = 0;
+  virtual size_t dispatch_count() const = 0;
+};
+
+/// One unit of submitted work (the seeds' command buffer). Dispatches are appended in
+/// program order with one of two ordering disciplines, which must not be mixed:
+///  - dispatch() + barrier(): a dispatch waits for everything before the last barrier;
+///    dispatches between two barriers may run concurrently.
+///  - dispatch_after(): a dispatch waits for exactly the listed earlier dispatches.
+class Submission {
+ public:
+  virtual ~Submission() = default;
+  virtual void dispatch(const Dispatch& d) = 0;
+  /// `deps` are indices of earlier dispatches of this submission (0 = the first).
+  virtual void dispatch_after(const Dispatch& d, std::span<const uint32_t> deps) = 0;
+  virtual void barrier() = 0;
+  /// Starts execution of everything appended. Called once.
+  virtual void commit() = 0;
+  /// Blocks until the committed work has finished; throws Error on a device fault.
+  virtual void wait() = 0;
+  /// GPU (device) time of the committed work, from `commit` to completion, when measured.
+  virtual std::optional<uint64_t> gpu_time_ns() const = 0;
+  /// Turns the appended work into a replayable executable instead of committing it.
+  virtual std::unique_ptr<Executable> instantiate() = 0;
+  virtual size_t dispatch_count() const = 0;
+  /// Names the submission in profiles and traces.
+  virtual void set_label(std::string_view label) = 0;
+};
+
+/// Backends run the submissions of one device in commit order (the seeds' command
+/// queue): a submission committed later starts after an earlier one has finished.
+class Backend : public Device {
+ public:
+  /// Kernels this backend can run.
+  virtual const KernelRegistry& registry() const = 0;
+  /// A new, empty submission. `label` names it in profiles and traces.
+  virtual std::unique_ptr<Submission> new_submission(SubmitMode mode, std::string_view label) = 0;
+
+  const Options& options() const { return options_; }
+  void set_options(const Options& options) { options_ = options; }
+  /// Fusion rules the graph passes may apply on this backend (filled by the ops layer
+  /// when the backend is created).
+  FusionRules& fusion_rules() { return fusion_rules_; }
+  const FusionRules& fusion_rules() const { return fusion_rules_; }
+
+ protected:
+  explicit Backend(const Options& options) : options_(options) {}
+
+ private:
+  Options options_;
+  FusionRules fusion_rules_;
+};
+
+}  // namespace onepass

@@ -1,0 +1,38 @@
+// Fusion rules: a producer -> consumer pattern plus a builder for the fused dispatch.
+// The generic legality check lives in the fuse pass (passes.h); rules only build.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "onepass/exec/dispatch.h"
+#include "onepass/exec/kernel.h"
+
+namespace onepass {
+
+struct FusionRule {
+  std::string name;   // "rms_norm+mul"
+  OpKind producer;    // kind of the first dispatch
+  OpKind consumer;    // kind of the dispatch that reads the producer's only output
+  /// Builds the fused dispatch (kernel, dims, args, op kind). Called only once the pass
+  /// has established legality; returns nullopt when this pair cannot be fused (another
+  /// dtype, no fused kernel on this backend, ...). Reads, writes and retained buffers
+  /// are filled in by the pass.
+  std::function<std::optional<Dispatch>(const Dispatch& producer, const Dispatch& consumer,
+                                        const KernelRegistry& registry)>
+      build;
+};
+
+class FusionRules {
+ public:
+  void add(FusionRule rule) { rules_.push_back(std::move(rule)); }
+  const std::vector<FusionRule>& rules() const { return rules_; }
+  bool empty() const { return rules_.empty(); }
+
+ private:
+  std::vector<FusionRule> rules_;
+};
+
+}  // namespace onepass

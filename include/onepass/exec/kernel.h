@@ -1,0 +1,67 @@
+// Kernel: a compiled entry point of one backend; KernelRegistry: name -> Kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace onepass {
+
+struct Dim3 {
+  uint32_t x = 1;
+  uint32_t y = 1;
+  uint32_t z = 1;
+  uint64_t count() const { return uint64_t{x} * y * z; }
+  friend bool operator==(const Dim3&, const Dim3&) = default;
+};
+
+/// Grid of blocks, threads per block and dynamic shared memory (CUDA terms; the CPU
+/// backend runs the same grid as a parallel-for over blocks).
+struct LaunchDims {
+  Dim3 grid;
+  Dim3 block;
+  uint32_t shared_bytes = 0;
+  friend bool operator==(const LaunchDims&, const LaunchDims&) = default;
+};
+
+/// A CPU kernel runs blocks [first_block, end_block) of the linearised grid
+/// (x fastest). Every block must compute the same values whichever thread runs it, so
+/// results do not depend on the thread count.
+using CpuKernelFn = void (*)(const void* args, const LaunchDims& dims, uint64_t first_block,
+                             uint64_t end_block);
+
+/// One entry point. Every kernel takes a single POD argument struct by value; the
+/// struct type is shared by all backends (see ops/).
+struct Kernel {
+  std::string name;
+  size_t args_size = 0;            // sizeof the argument struct, checked at dispatch
+  CpuKernelFn cpu = nullptr;       // set on the CPU backend
+  const void* cuda = nullptr;      // __global__ function, set on the CUDA backend
+  uint32_t max_threads = 1024;     // largest block the kernel supports
+  uint32_t max_shared_bytes = 0;   // dynamic shared memory it was configured for
+};
+
+/// Kernels of one backend by stable name ("rms_norm_f32", "mv_q4_0_f32", ...).
+class KernelRegistry {
+ public:
+  /// Registers a kernel; throws Error when the name is taken.
+  void add(Kernel kernel);
+  /// The kernel called `name`; throws Error listing the closest registered names.
+  const Kernel& get(std::string_view name) const;
+  /// nullptr when absent.
+  const Kernel* find(std::string_view name) const;
+  bool contains(std::string_view name) const { return find(name) != nullptr; }
+  std::vector<std::string> names() const;
+  size_t size() const { return kernels_.size(); }
+  /// Up to `count` registered names closest to `name` (edit distance, prefix first).
+  std::vector<std::string> near_names(std::string_view name, size_t count = 5) const;
+
+ private:
+  std::unordered_map<std::string, std::unique_ptr<Kernel>> kernels_;
+};
+
+}  // namespace onepass

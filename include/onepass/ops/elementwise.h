@@ -1,0 +1,38 @@
+// Elementwise ops: add, mul (same shape or one row broadcast) and scale.
+// Argument structs are shared by the CPU and CUDA kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace onepass::ops {
+
+/// out[r, c] = a[r, c] (op) b[r * b_row_step, c]. Strides are in elements; b_row_step is
+/// 0 when one row of b is broadcast over every row of a. Kernels: add_<T>, mul_<T>
+/// for T in f32, f16, bf16 (a, b and out share T).
+struct BinaryArgs {
+  const void* a;
+  const void* b;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t a_stride;
+  int64_t b_stride;
+  int64_t out_stride;
+  int64_t b_row_step;  // 1, or 0 for a broadcast row
+};
+
+/// out = x * factor. Kernel scale_<T>.
+struct ScaleArgs {
+  const void* x;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t x_stride;
+  int64_t out_stride;
+  float factor;
+};
+
+/// Elements per block of the CPU elementwise kernels.
+inline constexpr int64_t kCpuElementwiseBlock = 4096;
+
+}  // namespace onepass::ops

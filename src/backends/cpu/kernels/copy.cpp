@@ -1,0 +1,43 @@
+// CPU kernels: copy_<S>_<D> between f32, f16 and bf16.
+#include "onepass/ops/copy.h"
+
+#include <algorithm>
+
+#include "onepass/ops/elementwise.h"
+#include "../cpu_kernels.h"
+#include "float_types.h"
+
+namespace onepass::cpu {
+namespace {
+
+template <DType Src, DType Dst>
+void copy_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  using In = Elem<Src>;
+  using Out = Elem<Dst>;
+  const auto& a = *static_cast<const ops::CopyArgs*>(raw);
+  const int64_t total = a.rows * a.cols;
+  int64_t i = static_cast<int64_t>(first) * ops::kCpuElementwiseBlock;
+  const int64_t stop = std::min<int64_t>(total, static_cast<int64_t>(end) * ops::kCpuElementwiseBlock);
+  while (i < stop) {
+    const int64_t r = i / a.cols;
+    const int64_t c0 = i % a.cols;
+    const int64_t c1 = std::min<int64_t>(a.cols, c0 + (stop - i));
+    const auto* s = static_cast<const typename In::storage*>(a.src) + r * a.src_stride;
+    auto* d = static_cast<typename Out::storage*>(a.dst) + r * a.dst_stride;
+    for (int64_t c = c0; c < c1; ++c) d[c] = Out::store(In::load(s[c]));
+    i += c1 - c0;
+  }
+}
+
+}  // namespace
+
+void register_copy_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType S>() {
+    for_each_float_type([&]<DType D>() {
+      registry.add(make_cpu_kernel<ops::CopyArgs>(
+          std::string("copy_") + Elem<S>::name + "_" + Elem<D>::name, copy_kernel<S, D>));
+    });
+  });
+}
+
+}  // namespace onepass::cpu

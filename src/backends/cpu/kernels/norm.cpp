@@ -1,0 +1,52 @@
+// CPU kernels: rms_norm, rms_norm_noweight, rms_norm_mul. One block per row.
+#include "onepass/ops/norm.h"
+
+#include <cmath>
+
+#include "../cpu_kernels.h"
+#include "float_types.h"
+
+namespace onepass::cpu {
+namespace {
+
+template <DType T, bool kWeight, bool kScale>
+void rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  using E = Elem<T>;
+  using S = typename E::storage;
+  const auto& a = *static_cast<const ops::RmsNormArgs*>(raw);
+  for (uint64_t row = first; row < end; ++row) {
+    const auto r = static_cast<int64_t>(row);
+    const S* x = static_cast<const S*>(a.x) + r * a.x_stride;
+    S* o = static_cast<S*>(a.out) + r * a.out_stride;
+    // Sum of squares in double: the row's norm is then exact to f32 rounding whatever
+    // the length, and the value does not depend on how the work was split.
+    double sum = 0.0;
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const double v = E::load(x[c]);
+      sum += v * v;
+    }
+    const float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(a.cols) + a.eps));
+    const S* s = nullptr;
+    if constexpr (kScale) s = static_cast<const S*>(a.scale) + r * a.scale_row_step * a.scale_stride;
+    for (int64_t c = 0; c < a.cols; ++c) {
+      float v = E::load(x[c]) * inv;
+      if constexpr (kWeight) v *= a.weight[c];
+      if constexpr (kScale) v *= E::load(s[c]);
+      o[c] = E::store(v);
+    }
+  }
+}
+
+}  // namespace
+
+void register_norm_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType T>() {
+    const std::string t = Elem<T>::name;
+    registry.add(make_cpu_kernel<ops::RmsNormArgs>("rms_norm_" + t, rms_norm_kernel<T, true, false>));
+    registry.add(
+        make_cpu_kernel<ops::RmsNormArgs>("rms_norm_noweight_" + t, rms_norm_kernel<T, false, false>));
+    registry.add(make_cpu_kernel<ops::RmsNormArgs>("rms_norm_mul_" + t, rms_norm_kernel<T, true, true>));
+  });
+}
+
+}  // namespace onepass::cpu

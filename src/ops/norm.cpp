@@ -1,0 +1,118 @@
+// GraphSession::rms_norm / rms_norm_no_weight / rms_norm_mul, and the RMS-norm -> mul
+// fusion rule.
+#include "onepass/ops/norm.h"
+
+#include "onepass/ops/elementwise.h"
+#include "onepass/exec/graph_session.h"
+#include "op_common.h"
+
+namespace onepass {
+namespace {
+
+using namespace ops::detail;
+
+ops::RmsNormArgs norm_args(const char* op, const TensorView& x, const TensorView* weight,
+                           const TensorView* scale, const TensorView& out, float eps) {
+  require_data(x, op, "x");
+  require_data(out, op, "out");
+  require_float(x, op, "x");
+  require_same_dtype(x, out, op, "x", "out");
+  require_same_shape(x, out, op, "x", "out");
+  check(x.cols() > 0, op, "x has no columns");
+  check(eps >= 0.0f, op, "eps must be >= 0, got ", eps);
+  ops::RmsNormArgs args{};
+  args.x = x.data();
+  args.out = out.data();
+  args.rows = x.rows();
+  args.cols = x.cols();
+  args.x_stride = element_stride(x, op, "x");
+  args.out_stride = element_stride(out, op, "out");
+  args.eps = eps;
+  if (weight != nullptr) {
+    require_data(*weight, op, "weight");
+    require_dtype(*weight, DType::f32, op, "weight");
+    check(weight->numel() == x.cols() && weight->contiguous(), op, "weight has ",
+          weight->numel(), " elements, expected ", x.cols());
+    args.weight = static_cast<const float*>(weight->data());
+  }
+  if (scale != nullptr) {
+    require_data(*scale, op, "scale");
+    require_same_dtype(x, *scale, op, "x", "scale");
+    const bool broadcast = scale->rows() == 1 && x.rows() != 1;
+    check(scale->cols() == x.cols() && (broadcast || scale->rows() == x.rows()), op,
+          "scale has shape ", scale->shape.str(), ", expected ", x.shape.str(), " or one row");
+    args.scale = scale->data();
+    args.scale_stride = element_stride(*scale, op, "scale");
+    args.scale_row_step = broadcast ? 0 : 1;
+  }
+  return args;
+}
+
+void emit(GraphSession& s, const char* base, const ops::RmsNormArgs& args, DType t, OpKind kind,
+          std::initializer_list<const TensorView*> reads, const TensorView& out) {
+  const Kernel& k = s.backend().registry().get(kernel_name(base, t));
+  Dispatch d(k, row_dims(s.backend(), args.rows, args.cols), args, kind, base);
+  for (const TensorView* r : reads) d.read(*r);
+  d.write(out);
+  s.dispatch(std::move(d));
+}
+
+}  // namespace
+
+void GraphSession::rms_norm(const TensorView& x, const TensorView& weight, const TensorView& out,
+                            float eps) {
+  const auto args = norm_args("rms_norm", x, &weight, nullptr, out, eps);
+  emit(*this, "rms_norm", args, x.dtype, OpKind::norm, {&x, &weight}, out);
+}
+
+void GraphSession::rms_norm_no_weight(const TensorView& x, const TensorView& out, float eps) {
+  const auto args = norm_args("rms_norm_no_weight", x, nullptr, nullptr, out, eps);
+  emit(*this, "rms_norm_noweight", args, x.dtype, OpKind::norm, {&x}, out);
+}
+
+void GraphSession::rms_norm_mul(const TensorView& x, const TensorView& weight,
+                                const TensorView& scale, const TensorView& out, float eps) {
+  const auto args = norm_args("rms_norm_mul", x, &weight, &scale, out, eps);
+  emit(*this, "rms_norm_mul", args, x.dtype, OpKind::norm_mul, {&x, &weight, &scale}, out);
+}
+
+namespace ops {
+namespace {
+
+// rms_norm_<T>(x, w) -> tmp; mul_<T>(tmp, s) -> out   ==>   rms_norm_mul_<T>(x, w, s) -> out
+std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul,
+                                      const KernelRegistry& registry) {
+  const std::string& name = norm.kernel->name;
+  constexpr std::string_view kPrefix = "rms_norm_";
+  if (name.rfind(kPrefix, 0) != 0 || name.find("noweight") != std::string::npos ||
+      name.find("mul") != std::string::npos) {
+    return std::nullopt;
+  }
+  const std::string type = name.substr(kPrefix.size());
+  if (mul.kernel->name != "mul_" + type) return std::nullopt;
+  const Kernel* fused_kernel = registry.find("rms_norm_mul_" + type);
+  if (fused_kernel == nullptr) return std::nullopt;
+  const auto n = norm.args_as<RmsNormArgs>();
+  const auto m = mul.args_as<BinaryArgs>();
+  // The mul must cover the norm's output exactly, row for row.
+  const bool tmp_is_a = m.a == n.out && m.a_stride == n.out_stride;
+  const bool tmp_is_b = m.b == n.out && m.b_stride == n.out_stride && m.b_row_step == 1;
+  if (m.rows != n.rows || m.cols != n.cols || (!tmp_is_a && !tmp_is_b)) return std::nullopt;
+  RmsNormArgs f = n;
+  f.scale = tmp_is_a ? m.b : m.a;
+  f.scale_stride = tmp_is_a ? m.b_stride : m.a_stride;
+  f.scale_row_step = tmp_is_a ? m.b_row_step : 1;
+  f.out = m.out;
+  f.out_stride = m.out_stride;
+  Dispatch fused(*fused_kernel, norm.dims, f, OpKind::norm_mul);
+  return fused;
+}
+
+}  // namespace
+
+void register_fusion_rules(FusionRules& rules) {
+  rules.add({"rms_norm+mul", OpKind::norm, OpKind::mul, fuse_norm_mul});
+}
+
+}  // namespace ops
+}  // namespace onepass

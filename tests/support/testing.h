@@ -1,0 +1,47 @@
+// Shared test helpers: backends, random data, poisoned outputs, comparisons.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "onepass/backends/factory.h"
+#include "onepass/core/device.h"
+#include "onepass/core/half.h"
+#include "onepass/exec/backend.h"
+
+namespace onepass::testing {
+
+/// Options used by the tests unless they say otherwise: concurrent CPU schedule and 4
+/// threads, so that concurrency is exercised even on 2-core machines.
+Options test_options();
+/// A CPU backend with `options`.
+std::shared_ptr<Backend> cpu_backend(Options options = test_options());
+
+/// A seed that differs per test run unless ONEPASS_TEST_SEED is set; printed on failure
+/// through SCOPED_TRACE by callers.
+uint64_t fresh_seed();
+
+std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+std::vector<uint32_t> random_u32(size_t n, uint64_t seed);
+
+/// Byte pattern that reads as NaN in f32, f16 and bf16.
+inline constexpr uint8_t kPoisonByte = 0xFF;
+
+/// Writes host floats into a tensor of any float dtype (converting).
+void upload_floats(const TensorView& t, const std::vector<float>& values);
+/// Reads a float tensor of any float dtype as f32 (row stride honoured).
+std::vector<float> download_floats(const TensorView& t);
+/// Rounds through the dtype (what storing then loading does).
+float round_to(DType t, float v);
+
+/// Largest |a-b| / (atol + rtol*|b|) over the arrays; NaN anywhere counts as infinity.
+double max_scaled_error(const std::vector<float>& actual, const std::vector<double>& expected,
+                        double atol, double rtol, size_t* worst_index = nullptr);
+
+}  // namespace onepass::testing
