@@ -95,8 +95,6 @@ void GraphSession::barrier_between(std::span<const MemRange> reads,
                                 std::vector<MemRange>(writes.begin(), writes.end()));
   }
   if (tracker_.conflicts(reads, writes)) emit_barrier();
-  ++in_group_;
-  ++dispatches_;
   tracker_.add(reads, writes);
 }
 

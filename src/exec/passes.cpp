@@ -66,14 +66,21 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     if (std::find(consumer.reads.begin(), consumer.reads.end(), w) == consumer.reads.end()) continue;
     if (overlaps_any(w, consumer.writes)) continue;
     if (any_overlap(consumer.writes, producer->reads)) continue;
-    // Nobody else may read or write the intermediate, anywhere in the graph.
-    bool used_elsewhere = false;
-    for (size_t k = 0; k < nodes.size() && !used_elsewhere; ++k) {
-      if (k == p || k == c || removed[k]) continue;
-      const Dispatch* other = as_dispatch(nodes[k]);
-      used_elsewhere = other != nullptr && (!other->annotated() || touches(*other, w));
+    // The producer's value must be dead after the consumer: the next node touching the
+    // intermediate must overwrite all of it without reading it (or none may follow).
+    bool live_after = false;
+    for (size_t k = c + 1; k < nodes.size(); ++k) {
+      const Dispatch* later = as_dispatch(nodes[k]);
+      if (later == nullptr || removed[k]) continue;
+      if (!later->annotated() || overlaps_any(w, later->reads)) {
+        live_after = true;
+        break;
+      }
+      const bool overwrites = std::any_of(later->writes.begin(), later->writes.end(),
+                                          [&](const MemRange& r) { return r.contains(w); });
+      if (overwrites) break;
     }
-    if (used_elsewhere) continue;
+    if (live_after) continue;
     for (const FusionRule& rule : rules.rules()) {
       if (rule.producer != producer->op_kind || rule.consumer != consumer.op_kind) continue;
       std::optional<Dispatch> fused = rule.build(*producer, consumer, registry);

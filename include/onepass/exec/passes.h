@@ -15,12 +15,14 @@ namespace onepass {
 /// Lookahead window of the reorder pass (llama.cpp / the seeds use 64).
 inline constexpr size_t kReorderLookahead = 64;
 
-/// Fuses producer -> consumer pairs named by `rules`. A pair is fused when:
-/// the producer declares exactly one write W; the first later node touching W is the
-/// consumer, which reads exactly W; no node reads or writes W except those two; W lies in
-/// none of `keep` (graph outputs); no node in between writes what the producer reads;
-/// and the consumer's writes overlap none of the producer's reads. The fused dispatch
-/// takes the consumer's place; barriers are left where they were. Returns the count.
+/// Fuses producer -> consumer pairs named by `rules`. A pair is fused when: the producer
+/// declares exactly one write W; the first later node touching W is the consumer, which
+/// reads exactly W and does not write it; W is dead after the consumer (the next node
+/// touching W overwrites all of it without reading it, or none follows) and lies in none
+/// of `keep` (graph outputs); no node in between writes what the producer reads; and the
+/// consumer's writes overlap none of the producer's reads. So scratch buffers reused by
+/// every layer still fuse. The fused dispatch takes the consumer's place; barriers stay
+/// where they were. Returns the number of fusions.
 uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
                    const KernelRegistry& registry, std::span<const MemRange> keep = {});
 
