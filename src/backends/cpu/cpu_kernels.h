@@ -1,13 +1,23 @@
-// Registration functions of the CPU kernel families (one per file in kernels/).
+// Registration functions of the CPU kernel families (one file each in kernels/).
 #pragma once
 
 #include "onepass/exec/kernel.h"
 
 namespace onepass::cpu {
 
-void register_elementwise_kernels(KernelRegistry& registry);
-void register_norm_kernels(KernelRegistry& registry);
-void register_copy_kernels(KernelRegistry& registry);
-void register_test_kernels(KernelRegistry& registry);
+void register_elementwise_kernels(KernelRegistry& registry);  // add, mul, scale
+void register_norm_kernels(KernelRegistry& registry);         // rms_norm*, add_rms_norm
+void register_copy_kernels(KernelRegistry& registry);         // copy/convert
+void register_activation_kernels(KernelRegistry& registry);   // gelu, silu, silu_mul, softcap
+void register_softmax_kernels(KernelRegistry& registry);
+void register_rope_kernels(KernelRegistry& registry);
+void register_kv_cache_kernels(KernelRegistry& registry);     // kv_write
+void register_argmax_kernels(KernelRegistry& registry);
+void register_attention_kernels(KernelRegistry& registry);    // sdpa, flash_decode (+ merge)
+void register_matmul_kernels(KernelRegistry& registry);       // dense and GGML block formats
+void register_affine_kernels(KernelRegistry& registry);       // MLX affine quantized matmul
+void register_matmul_id_kernels(KernelRegistry& registry);    // expert-routed matmul
+void register_embedding_kernels(KernelRegistry& registry);    // embedding gather
+void register_test_kernels(KernelRegistry& registry);         // synthetic kernels for tests
 
 }  // namespace onepass::cpu

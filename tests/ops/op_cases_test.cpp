@@ -1,0 +1,64 @@
+// Runs every registered op case on every backend (CUDA cases skip without a GPU).
+// ONEPASS_OP_BENCH=1 also times each case and prints µs and effective GB/s.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "support/op_harness.h"
+
+namespace onepass::testing {
+namespace {
+
+struct Param {
+  std::string backend;
+  size_t index;
+};
+
+std::vector<Param> all_params() {
+  std::vector<Param> params;
+  for (const char* backend : {"cpu", "cuda"}) {
+    for (size_t i = 0; i < op_cases().size(); ++i) params.push_back({backend, i});
+  }
+  return params;
+}
+
+class OpCases : public ::testing::TestWithParam<Param> {};
+
+TEST_P(OpCases, MatchesFloat64Reference) {
+  const Param& p = GetParam();
+  auto backend = harness_backend(p.backend);
+  if (!backend) GTEST_SKIP() << "no " << p.backend << " device";
+  const OpCase& c = op_cases()[p.index];
+  const bool timing = std::getenv("ONEPASS_OP_BENCH") != nullptr;
+  const uint64_t seed = fresh_seed();
+  OpContext context(backend, seed, timing);
+  try {
+    c.run(context);
+  } catch (const Error& e) {
+    FAIL() << "case " << c.name << " threw: " << e.what() << " (seed " << seed << ")";
+  }
+  context.check_guards();
+  if (timing && context.timing()) {
+    std::printf("[op-bench] %-5s %-50s %10.2f us %8.2f GB/s\n", p.backend.c_str(), c.name.c_str(),
+                context.timing()->median_us, context.timing()->gbps);
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  std::string name = info.param.backend + "__" + op_cases()[info.param.index].name;
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OpCases, ::testing::ValuesIn(all_params()), param_name);
+
+TEST(OpCaseTable, NamesAreUnique) {
+  std::set<std::string> names;
+  for (const OpCase& c : op_cases()) EXPECT_TRUE(names.insert(c.name).second) << c.name;
+}
+
+}  // namespace
+}  // namespace onepass::testing
