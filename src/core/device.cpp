@@ -28,6 +28,18 @@ BufferView Device::alloc(size_t bytes) {
   }
 }
 
+BufferView Device::alloc_host_visible(size_t bytes) {
+  const size_t asked = bytes == 0 ? 1 : bytes;
+  void* data = allocate_host_visible_raw(asked);
+  try {
+    auto buffer = std::make_shared<Buffer>(shared_from_this(), data, asked);
+    return BufferView(std::move(buffer), 0, bytes);
+  } catch (...) {
+    free_raw(data, asked);
+    throw;
+  }
+}
+
 TensorView Device::alloc_tensor(DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(shape.rows()) * dtype_bytes(dtype, shape.cols());
   return TensorView(alloc(bytes), dtype, shape);

@@ -49,6 +49,11 @@ class Device : public std::enable_shared_from_this<Device> {
   BufferView alloc(size_t bytes);
   /// A new contiguous tensor.
   TensorView alloc_tensor(DType dtype, Shape shape);
+  /// Host memory that this device's kernels read and write directly (CUDA: pinned and
+  /// mapped; CPU: ordinary memory). Its data() pointer is valid on the host too, so
+  /// per-step inputs can be written with plain stores between submissions and read by
+  /// the next submission without a separate copy call.
+  BufferView alloc_host_visible(size_t bytes);
 
   /// Copies between host memory and this device's memory (synchronous).
   virtual void copy_from_host(void* device_dst, const void* host_src, size_t bytes) = 0;
@@ -63,6 +68,7 @@ class Device : public std::enable_shared_from_this<Device> {
  protected:
   Device() = default;
   virtual void* allocate_raw(size_t bytes) = 0;
+  virtual void* allocate_host_visible_raw(size_t bytes) { return allocate_raw(bytes); }
   virtual void free_raw(void* data, size_t bytes) noexcept = 0;
   friend class Buffer;
 };

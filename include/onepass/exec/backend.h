@@ -33,8 +33,10 @@ class Executable {
   virtual void launch() = 0;
   /// Blocks until the last run has finished; throws Error on a device fault.
   virtual void wait() = 0;
-  /// GPU time of the last run, when measured (profiling on).
+  /// GPU time of the last run, when measured (set_timing(true) or profiling on).
   virtual std::optional<uint64_t> gpu_time_ns() const = 0;
+  /// Measure the device time of each run (CUDA: an event pair per launch).
+  virtual void set_timing(bool on) = 0;
   virtual size_t dispatch_count() const = 0;
 };
 
@@ -65,12 +67,21 @@ class Submission {
 
 /// Backends run the submissions of one device in commit order (the seeds' command
 /// queue): a submission committed later starts after an earlier one has finished.
+/// How a backend turned graph-mode submissions into executable graphs.
+struct GraphCacheStats {
+  uint64_t instantiated = 0;  // built from scratch
+  uint64_t updated = 0;       // same topology: an existing one updated in place
+};
+
 class Backend : public Device {
  public:
   /// Kernels this backend can run.
   virtual const KernelRegistry& registry() const = 0;
   /// A new, empty submission. `label` names it in profiles and traces.
   virtual std::unique_ptr<Submission> new_submission(SubmitMode mode, std::string_view label) = 0;
+
+  /// Graph instantiation statistics (backends without graphs report zeros).
+  virtual GraphCacheStats graph_cache_stats() const { return {}; }
 
   const Options& options() const { return options_; }
   void set_options(const Options& options) { options_ = options; }

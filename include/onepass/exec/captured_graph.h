@@ -51,7 +51,9 @@ class CapturedGraph {
     launch();
     wait();
   }
+  /// Device time of the last replay; needs set_timing(true) (or submission profiling).
   std::optional<uint64_t> gpu_time_ns() const { return executable_->gpu_time_ns(); }
+  void set_timing(bool on) { executable_->set_timing(on); }
   const ComputeGraph& graph() const { return graph_; }
   const CaptureStats& stats() const { return stats_; }
 

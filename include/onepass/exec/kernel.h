@@ -43,6 +43,10 @@ struct Kernel {
   const void* cuda = nullptr;      // __global__ function, set on the CUDA backend
   uint32_t max_threads = 1024;     // largest block the kernel supports
   uint32_t max_shared_bytes = 0;   // dynamic shared memory it was configured for
+  /// The kernel waits for its predecessors (cudaGridDependencySynchronize) before it
+  /// touches global memory, so it may be launched early with programmatic dependent
+  /// launch (Hopper) and overlap its launch with the predecessor's tail.
+  bool pdl = false;
 };
 
 /// Kernels of one backend by stable name ("rms_norm_f32", "mv_q4_0_f32", ...).

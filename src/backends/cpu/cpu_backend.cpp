@@ -184,6 +184,7 @@ class CpuExecutable final : public Executable {
   }
   void wait() override {}
   std::optional<uint64_t> gpu_time_ns() const override { return last_ns_; }
+  void set_timing(bool) override {}  // the CPU always measures (steady_clock)
   size_t dispatch_count() const override { return items_.size(); }
 
  private:

@@ -1,0 +1,611 @@
+#include "cuda_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda_check.h"
+#include "onepass/core/error.h"
+#include "onepass/exec/profile.h"
+
+namespace onepass::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  const char* base = std::strrchr(file, '/');
+  fail("cuda", call, " failed: ", cudaGetErrorName(status), " (", cudaGetErrorString(status),
+       ") at ", base ? base + 1 : file, ":", line);
+}
+
+void warn_cuda_error(cudaError_t status, const char* call, const char* file, int line) noexcept {
+  std::fprintf(stderr, "[cuda] warning: %s failed: %s at %s:%d\n", call, cudaGetErrorName(status),
+               file, line);
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver / no device: not an error for callers
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+constexpr size_t kStagingBytes = 8u << 20;     // pinned bounce buffer for large copies
+constexpr size_t kStagedCopyThreshold = 1u << 20;
+constexpr size_t kGraphCacheEntries = 16;
+
+uint64_t mix_hash(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+// Event pool-free helper: one event, destroyed with the owner.
+struct Event {
+  cudaEvent_t event = nullptr;
+  Event() { ONEPASS_CUDA_CHECK(cudaEventCreate(&event)); }
+  ~Event() {
+    if (event) ONEPASS_CUDA_WARN(cudaEventDestroy(event));
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+// Waits on `end` and turns a device fault into an Error naming the submission.
+void wait_event(cudaEvent_t end, const std::string& label) {
+  const cudaError_t status = cudaEventSynchronize(end);
+  if (status != cudaSuccess) {
+    fail("cuda", "submission '", label.empty() ? "unlabeled" : label, "' failed on the device: ",
+         cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+  }
+}
+
+void check_launch_error(const std::string& what) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    fail("cuda", what, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+  }
+}
+
+std::optional<uint64_t> elapsed_ns(cudaEvent_t start, cudaEvent_t end) {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, start, end) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+}
+
+void validate_launch(const Dispatch& d) {
+  check(d.kernel != nullptr && d.kernel->cuda != nullptr, "cuda", "kernel ", d.name(),
+        " has no CUDA entry point");
+  const uint64_t threads = d.dims.block.count();
+  check(threads >= 1 && threads <= d.kernel->max_threads, "cuda", "kernel ", d.name(), " launched with ",
+        threads, " threads per block (max ", d.kernel->max_threads, ")");
+  check(d.dims.grid.x >= 1 && d.dims.grid.y >= 1 && d.dims.grid.y <= 65535 && d.dims.grid.z >= 1 &&
+            d.dims.grid.z <= 65535,
+        "cuda", "kernel ", d.name(), " has an invalid grid ", d.dims.grid.x, "x", d.dims.grid.y, "x",
+        d.dims.grid.z);
+}
+
+// Per-dispatch timing of direct launches (profiling mode).
+struct DispatchTiming {
+  std::unique_ptr<Event> start, end;
+  DispatchSample sample;
+};
+
+class CudaExecutable final : public Executable {
+ public:
+  CudaExecutable(CudaBackend& backend, cudaGraphExec_t exec, size_t dispatches,
+                 std::vector<std::shared_ptr<Buffer>> keep_alive, std::string label)
+      : backend_(backend), exec_(exec), dispatches_(dispatches), keep_alive_(std::move(keep_alive)),
+        label_(std::move(label)) {
+    timing_ = backend.options().profile_submissions;
+  }
+  ~CudaExecutable() override {
+    if (launched_) ONEPASS_CUDA_WARN(cudaStreamSynchronize(backend_.stream()));
+    ONEPASS_CUDA_WARN(cudaGraphExecDestroy(exec_));
+  }
+
+  void launch() override {
+    backend_.activate();
+    if (timing_) ensure_events();
+    if (timing_) ONEPASS_CUDA_CHECK(cudaEventRecord(start_->event, backend_.stream()));
+    ONEPASS_CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream()));
+    if (timing_) ONEPASS_CUDA_CHECK(cudaEventRecord(end_->event, backend_.stream()));
+    check_launch_error("graph launch of '" + label_ + "'");
+    launched_ = true;
+    timed_last_ = timing_;
+  }
+
+  void wait() override {
+    if (!launched_) return;
+    if (timed_last_) {
+      wait_event(end_->event, label_);
+    } else {
+      const cudaError_t status = cudaStreamSynchronize(backend_.stream());
+      if (status != cudaSuccess) {
+        fail("cuda", "replay of '", label_, "' failed on the device: ", cudaGetErrorName(status), " (",
+             cudaGetErrorString(status), ")");
+      }
+    }
+    launched_ = false;
+    if (timed_last_ && backend_.options().profile_submissions) {
+      if (auto ns = gpu_time_ns()) Profiler::global().record_submission({label_.empty() ? "replay" : label_, *ns});
+    }
+  }
+
+  std::optional<uint64_t> gpu_time_ns() const override {
+    if (!timed_last_ || !start_) return std::nullopt;
+    return elapsed_ns(start_->event, end_->event);
+  }
+  void set_timing(bool on) override { timing_ = on || backend_.options().profile_submissions; }
+  size_t dispatch_count() const override { return dispatches_; }
+
+ private:
+  void ensure_events() {
+    if (!start_) {
+      start_ = std::make_unique<Event>();
+      end_ = std::make_unique<Event>();
+    }
+  }
+
+  CudaBackend& backend_;
+  cudaGraphExec_t exec_;
+  size_t dispatches_;
+  std::vector<std::shared_ptr<Buffer>> keep_alive_;
+  std::string label_;
+  bool timing_ = false;
+  bool timed_last_ = false;
+  bool launched_ = false;
+  std::unique_ptr<Event> start_, end_;
+};
+
+class CudaSubmission final : public Submission {
+ public:
+  CudaSubmission(CudaBackend& backend, SubmitMode mode, std::string label)
+      : backend_(backend), mode_(mode), label_(std::move(label)) {
+    backend_.activate();
+    if (mode_ == SubmitMode::graph) ONEPASS_CUDA_CHECK(cudaGraphCreate(&graph_, 0));
+  }
+
+  ~CudaSubmission() override {
+    // Kernels launched directly may still read buffers we keep alive.
+    if (launched_ && !waited_) ONEPASS_CUDA_WARN(cudaStreamSynchronize(backend_.stream()));
+    if (graph_) ONEPASS_CUDA_WARN(cudaGraphDestroy(graph_));
+  }
+
+  void dispatch(const Dispatch& d) override {
+    check(!dataflow_, "cuda", "dispatch() after dispatch_after() in one submission");
+    check(!committed_, "cuda", "dispatch after commit");
+    barrier_mode_ = true;
+    if (mode_ == SubmitMode::immediate) {
+      launch_now(d);
+      return;
+    }
+    std::vector<cudaGraphNode_t> deps;
+    if (join_) deps.push_back(join_);
+    const cudaGraphNode_t node = add_kernel_node(d, deps, join_is_kernel_);
+    group_.push_back(node);
+  }
+
+  void dispatch_after(const Dispatch& d, std::span<const uint32_t> deps) override {
+    check(!barrier_mode_, "cuda", "dispatch_after() after dispatch() in one submission");
+    check(!committed_, "cuda", "dispatch after commit");
+    dataflow_ = true;
+    if (mode_ == SubmitMode::immediate) {
+      launch_now(d);  // the stream's order satisfies every dependency
+      return;
+    }
+    std::vector<cudaGraphNode_t> nodes;
+    for (uint32_t i : deps) {
+      check(i < kernel_nodes_.size(), "cuda", "dependency on dispatch ", i, " of ", kernel_nodes_.size());
+      nodes.push_back(kernel_nodes_[i]);
+    }
+    add_kernel_node(d, nodes, true);
+  }
+
+  void barrier() override {
+    check(!dataflow_, "cuda", "barrier() in a dataflow submission");
+    // A single stream orders direct launches already.
+    if (mode_ == SubmitMode::immediate || group_.empty()) return;
+    if (group_.size() == 1) {
+      join_ = group_.front();
+      join_is_kernel_ = true;
+    } else {
+      ONEPASS_CUDA_CHECK(cudaGraphAddEmptyNode(&join_, graph_, group_.data(), group_.size()));
+      join_is_kernel_ = false;
+      key_ = mix_hash(key_, 0xba77u ^ group_.size());
+    }
+    group_.clear();
+  }
+
+  void commit() override {
+    check(!committed_, "cuda", "submission committed twice");
+    committed_ = true;
+    backend_.activate();
+    if (mode_ == SubmitMode::immediate) {
+      if (!start_) start_events();  // empty submission: still measurable
+      ONEPASS_CUDA_CHECK(cudaEventRecord(end_->event, backend_.stream()));
+      check_launch_error("submission '" + label_ + "'");
+      launched_ = true;
+      return;
+    }
+    start_events();
+    if (!kernel_nodes_.empty()) {
+      cudaGraphExec_t exec = backend_.instantiate_cached(graph_, key_);
+      ONEPASS_CUDA_CHECK(cudaGraphLaunch(exec, backend_.stream()));
+    }
+    ONEPASS_CUDA_CHECK(cudaEventRecord(end_->event, backend_.stream()));
+    check_launch_error("graph launch of '" + label_ + "'");
+    launched_ = true;
+  }
+
+  void wait() override {
+    if (!launched_ || waited_) return;
+    wait_event(end_->event, label_);
+    waited_ = true;
+    for (DispatchTiming& t : timings_) {
+      if (auto s = elapsed_ns(start_->event, t.start->event)) t.sample.start_ns = *s;
+      if (auto e = elapsed_ns(start_->event, t.end->event)) t.sample.end_ns = *e;
+      t.sample.submission = label_;
+      Profiler::global().record_dispatch(std::move(t.sample));
+    }
+    timings_.clear();
+    keep_alive_.clear();
+  }
+
+  std::optional<uint64_t> gpu_time_ns() const override {
+    if (!waited_ || !start_) return std::nullopt;
+    return elapsed_ns(start_->event, end_->event);
+  }
+
+  std::unique_ptr<Executable> instantiate() override {
+    check(mode_ == SubmitMode::graph, "cuda", "instantiate() needs a graph-mode submission");
+    check(!committed_, "cuda", "instantiate() after commit");
+    committed_ = true;
+    backend_.activate();
+    cudaGraphExec_t exec = nullptr;
+    ONEPASS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph_, 0));
+    ONEPASS_CUDA_CHECK(cudaGraphUpload(exec, backend_.stream()));
+    return std::make_unique<CudaExecutable>(backend_, exec, kernel_nodes_.size(), std::move(keep_alive_),
+                                            label_);
+  }
+
+  size_t dispatch_count() const override { return dispatches_; }
+  void set_label(std::string_view label) override { label_ = std::string(label); }
+
+ private:
+  void start_events() {
+    start_ = std::make_unique<Event>();
+    end_ = std::make_unique<Event>();
+    ONEPASS_CUDA_CHECK(cudaEventRecord(start_->event, backend_.stream()));
+  }
+
+  void keep(const Dispatch& d) {
+    keep_alive_.insert(keep_alive_.end(), d.retained.begin(), d.retained.end());
+    ++dispatches_;
+  }
+
+  void launch_now(const Dispatch& d) {
+    validate_launch(d);
+    if (!start_) start_events();
+    keep(d);
+    const bool profile = backend_.options().profile_dispatches;
+    DispatchTiming timing;
+    if (profile) {
+      timing.start = std::make_unique<Event>();
+      timing.end = std::make_unique<Event>();
+      ONEPASS_CUDA_CHECK(cudaEventRecord(timing.start->event, backend_.stream()));
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(d.dims.grid.x, d.dims.grid.y, d.dims.grid.z);
+    config.blockDim = dim3(d.dims.block.x, d.dims.block.y, d.dims.block.z);
+    config.dynamicSmemBytes = d.dims.shared_bytes;
+    config.stream = backend_.stream();
+    cudaLaunchAttribute attribute{};
+    // Early launch needs the predecessor on the same stream to be a kernel too; events
+    // recorded for profiling in between would serialise it anyway.
+    if (d.kernel->pdl && backend_.options().pdl && !profile && dispatches_ > 1) {
+      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute.val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
+    void* params[1] = {const_cast<void*>(d.args_data())};
+    const cudaError_t status = cudaLaunchKernelExC(&config, d.kernel->cuda, params);
+    if (status != cudaSuccess) {
+      fail("cuda", "launch of ", d.name(), " (grid ", d.dims.grid.x, "x", d.dims.grid.y, "x", d.dims.grid.z,
+           ", block ", d.dims.block.x, "x", d.dims.block.y, "x", d.dims.block.z, ", smem ", d.dims.shared_bytes,
+           ") failed: ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+    }
+    launched_ = true;
+    if (profile) {
+      ONEPASS_CUDA_CHECK(cudaEventRecord(timing.end->event, backend_.stream()));
+      timing.sample.kernel = d.name();
+      timing.sample.label = d.label;
+      timing.sample.op_kind = d.op_kind;
+      timing.sample.index = static_cast<uint32_t>(dispatches_ - 1);
+      for (const MemRange& r : d.reads) timing.sample.bytes_read += r.size();
+      for (const MemRange& r : d.writes) timing.sample.bytes_written += r.size();
+      timing.sample.dims = d.dims;
+      timings_.push_back(std::move(timing));
+    }
+  }
+
+  cudaGraphNode_t add_kernel_node(const Dispatch& d, const std::vector<cudaGraphNode_t>& deps,
+                                  bool deps_are_kernels) {
+    validate_launch(d);
+    keep(d);
+    cudaGraphNodeParams params{};
+    params.type = cudaGraphNodeTypeKernel;
+    params.kernel.func = const_cast<void*>(d.kernel->cuda);
+    params.kernel.gridDim = dim3(d.dims.grid.x, d.dims.grid.y, d.dims.grid.z);
+    params.kernel.blockDim = dim3(d.dims.block.x, d.dims.block.y, d.dims.block.z);
+    params.kernel.sharedMemBytes = d.dims.shared_bytes;
+    void* args[1] = {const_cast<void*>(d.args_data())};
+    params.kernel.kernelParams = args;
+    // Programmatic edges let a PDL-aware kernel launch while its single kernel
+    // predecessor finishes; it waits (griddepcontrol.wait) before touching memory.
+    const bool programmatic =
+        d.kernel->pdl && backend_.options().pdl && deps.size() == 1 && deps_are_kernels;
+    std::vector<cudaGraphEdgeData> edges(deps.size());
+    for (cudaGraphEdgeData& e : edges) {
+      std::memset(&e, 0, sizeof e);
+      if (programmatic) {
+        e.type = cudaGraphDependencyTypeProgrammatic;
+        e.from_port = cudaGraphKernelNodePortProgrammatic;
+      }
+    }
+    cudaGraphNode_t node = nullptr;
+    ONEPASS_CUDA_CHECK(cudaGraphAddNode(&node, graph_, deps.empty() ? nullptr : deps.data(),
+                                        deps.empty() ? nullptr : edges.data(), deps.size(), &params));
+    // Topology key: kernel, launch shape and dependency structure (arguments excluded:
+    // a graph differing only in arguments is updated in place).
+    key_ = mix_hash(key_, reinterpret_cast<uint64_t>(d.kernel->cuda));
+    key_ = mix_hash(key_, d.dims.grid.count() * 1315423911u + d.dims.block.count());
+    key_ = mix_hash(key_, (uint64_t{d.dims.grid.x} << 32) ^ d.dims.grid.y ^ (uint64_t{d.dims.shared_bytes} << 16));
+    key_ = mix_hash(key_, deps.size() * 2 + (programmatic ? 1 : 0));
+    for (cudaGraphNode_t dep : deps) {
+      const auto it = std::find(kernel_nodes_.begin(), kernel_nodes_.end(), dep);
+      key_ = mix_hash(key_, it == kernel_nodes_.end() ? 0xffffu : static_cast<uint64_t>(it - kernel_nodes_.begin()));
+    }
+    kernel_nodes_.push_back(node);
+    return node;
+  }
+
+  CudaBackend& backend_;
+  SubmitMode mode_;
+  std::string label_;
+  bool barrier_mode_ = false;
+  bool dataflow_ = false;
+  bool committed_ = false;
+  bool launched_ = false;
+  bool waited_ = false;
+  size_t dispatches_ = 0;
+  std::vector<std::shared_ptr<Buffer>> keep_alive_;
+  std::unique_ptr<Event> start_, end_;
+  std::vector<DispatchTiming> timings_;
+  // Graph mode.
+  cudaGraph_t graph_ = nullptr;
+  std::vector<cudaGraphNode_t> kernel_nodes_;
+  std::vector<cudaGraphNode_t> group_;
+  cudaGraphNode_t join_ = nullptr;
+  bool join_is_kernel_ = false;
+  uint64_t key_ = 0x6f6e6570617373ull;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(int ordinal, const Options& options) : Backend(options), ordinal_(ordinal) {
+  const int count = device_count();
+  check(count > 0, "cuda", "no CUDA device is available");
+  check(ordinal >= 0 && ordinal < count, "cuda", "device ", ordinal, " requested, ", count, " present");
+  ONEPASS_CUDA_CHECK(cudaSetDevice(ordinal));
+  cudaDeviceProp prop{};
+  ONEPASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  info_.name = prop.name;
+  info_.kind = BackendKind::cuda;
+  info_.ordinal = ordinal;
+  info_.threads = 0;
+  info_.multiprocessors = prop.multiProcessorCount;
+  info_.compute_major = prop.major;
+  info_.compute_minor = prop.minor;
+  info_.total_memory = prop.totalGlobalMem;
+  info_.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  info_.shared_per_block = prop.sharedMemPerBlock;
+  info_.shared_per_block_optin = prop.sharedMemPerBlockOptin;
+  info_.max_threads_per_block = prop.maxThreadsPerBlock;
+  ONEPASS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  register_cuda_kernels(registry_);
+  for (const std::string& name : registry_.names()) {
+    const Kernel& k = registry_.get(name);
+    if (k.max_shared_bytes > 48u * 1024u) {
+      check(k.max_shared_bytes <= info_.shared_per_block_optin, "cuda", "kernel ", name, " needs ",
+            k.max_shared_bytes, " bytes of shared memory, the device allows ", info_.shared_per_block_optin);
+      ONEPASS_CUDA_CHECK(cudaFuncSetAttribute(k.cuda, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(k.max_shared_bytes)));
+    }
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(ordinal_);
+  ONEPASS_CUDA_WARN(cudaStreamSynchronize(stream_));
+  for (CachedGraph& g : graph_cache_) ONEPASS_CUDA_WARN(cudaGraphExecDestroy(g.exec));
+  if (staging_) ONEPASS_CUDA_WARN(cudaFreeHost(staging_));
+  ONEPASS_CUDA_WARN(cudaStreamDestroy(stream_));
+}
+
+void CudaBackend::activate() const { ONEPASS_CUDA_CHECK(cudaSetDevice(ordinal_)); }
+
+std::unique_ptr<Submission> CudaBackend::new_submission(SubmitMode mode, std::string_view label) {
+  return std::make_unique<CudaSubmission>(*this, mode, std::string(label));
+}
+
+void* CudaBackend::allocate_raw(size_t bytes) {
+  activate();
+  void* p = nullptr;
+  const cudaError_t status = cudaMalloc(&p, bytes);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    fail("cuda", "out of memory: cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorName(status), "); ",
+         free_bytes, " of ", total, " bytes free on ", info_.name);
+  }
+  return p;
+}
+
+void* CudaBackend::allocate_host_visible_raw(size_t bytes) {
+  activate();
+  void* p = nullptr;
+  const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("cuda", "could not allocate ", bytes, " bytes of pinned host memory: ", cudaGetErrorName(status));
+  }
+  void* device_pointer = nullptr;
+  ONEPASS_CUDA_CHECK(cudaHostGetDevicePointer(&device_pointer, p, 0));
+  // With unified addressing the device sees mapped host memory at the host address;
+  // views hand the same pointer to kernels and to host code.
+  check(device_pointer == p, "cuda", "mapped host memory has a different device address (no UVA)");
+  std::lock_guard<std::mutex> lock(pinned_mutex_);
+  pinned_.insert(p);
+  return p;
+}
+
+void CudaBackend::free_raw(void* data, size_t) noexcept {
+  cudaSetDevice(ordinal_);
+  bool pinned = false;
+  {
+    std::lock_guard<std::mutex> lock(pinned_mutex_);
+    pinned = pinned_.erase(data) > 0;
+  }
+  // Work still in flight may use the memory: let it finish first.
+  ONEPASS_CUDA_WARN(cudaStreamSynchronize(stream_));
+  if (pinned) {
+    ONEPASS_CUDA_WARN(cudaFreeHost(data));
+  } else {
+    ONEPASS_CUDA_WARN(cudaFree(data));
+  }
+}
+
+void CudaBackend::staged_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  std::lock_guard<std::mutex> lock(staging_mutex_);
+  if (!staging_) {
+    ONEPASS_CUDA_CHECK(cudaHostAlloc(&staging_, 2 * kStagingBytes, cudaHostAllocPortable));
+    staging_bytes_ = kStagingBytes;
+  }
+  char* stage[2] = {static_cast<char*>(staging_), static_cast<char*>(staging_) + staging_bytes_};
+  // Double buffering: the host fills (or drains) one half while the copy engine moves
+  // the other.
+  size_t done = 0;
+  int slot = 0;
+  size_t pending_bytes[2] = {0, 0};
+  size_t pending_offset[2] = {0, 0};
+  auto drain = [&](int s) {
+    if (kind == cudaMemcpyDeviceToHost && pending_bytes[s]) {
+      std::memcpy(static_cast<char*>(dst) + pending_offset[s], stage[s], pending_bytes[s]);
+    }
+    pending_bytes[s] = 0;
+  };
+  while (done < bytes) {
+    const size_t n = std::min(staging_bytes_, bytes - done);
+    ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // slot free (copy finished)
+    drain(slot);
+    if (kind == cudaMemcpyHostToDevice) {
+      std::memcpy(stage[slot], static_cast<const char*>(src) + done, n);
+      ONEPASS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, stage[slot], n, kind, stream_));
+    } else {
+      ONEPASS_CUDA_CHECK(cudaMemcpyAsync(stage[slot], static_cast<const char*>(src) + done, n, kind, stream_));
+      pending_bytes[slot] = n;
+      pending_offset[slot] = done;
+    }
+    done += n;
+    slot ^= 1;
+  }
+  ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  drain(0);
+  drain(1);
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  activate();
+  if (bytes >= kStagedCopyThreshold) return staged_copy(dst, src, bytes, cudaMemcpyHostToDevice);
+  // Stream order: the copy happens after all submitted work, so it never races it.
+  ONEPASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  activate();
+  if (bytes >= kStagedCopyThreshold) return staged_copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  ONEPASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_on_device(void* dst, const void* src, size_t bytes) {
+  activate();
+  ONEPASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::fill(void* dst, uint8_t byte, size_t bytes) {
+  activate();
+  ONEPASS_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream_));
+  ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  const cudaError_t status = cudaStreamSynchronize(stream_);
+  if (status != cudaSuccess) {
+    fail("cuda", "device work failed: ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+  }
+}
+
+size_t CudaBackend::free_memory() const {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return free_bytes;
+}
+
+cudaGraphExec_t CudaBackend::instantiate_cached(cudaGraph_t graph, uint64_t key) {
+  for (auto it = graph_cache_.begin(); it != graph_cache_.end(); ++it) {
+    if (it->key != key) continue;
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(it->exec, graph, &info) == cudaSuccess) {
+      graph_cache_.splice(graph_cache_.begin(), graph_cache_, it);
+      ++cache_stats_.updated;
+      return graph_cache_.front().exec;
+    }
+    (void)cudaGetLastError();
+    // Same key but not updatable (hash collision or a change CUDA cannot apply in place).
+    ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ONEPASS_CUDA_WARN(cudaGraphExecDestroy(it->exec));
+    graph_cache_.erase(it);
+    break;
+  }
+  cudaGraphExec_t exec = nullptr;
+  ONEPASS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  ++cache_stats_.instantiated;
+  graph_cache_.push_front({key, exec});
+  if (graph_cache_.size() > kGraphCacheEntries) {
+    ONEPASS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the evicted graph may be running
+    ONEPASS_CUDA_WARN(cudaGraphExecDestroy(graph_cache_.back().exec));
+    graph_cache_.pop_back();
+  }
+  return exec;
+}
+
+std::shared_ptr<Backend> make_backend(int ordinal, const Options& options) {
+  return std::make_shared<CudaBackend>(ordinal, options);
+}
+
+}  // namespace onepass::cuda

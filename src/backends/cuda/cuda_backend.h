@@ -1,0 +1,86 @@
+// The CUDA backend: device memory through cudaMalloc (never managed memory), one stream,
+// kernels compiled ahead of time by nvcc, submissions as direct stream launches or as CUDA
+// graphs (cached by topology; replayed without rebuilding).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "onepass/exec/backend.h"
+
+namespace onepass::cuda {
+
+/// Number of usable CUDA devices; 0 when there is no driver or no GPU. Never throws.
+int device_count();
+
+/// Creates the backend for device `ordinal` (kernels registered).
+std::shared_ptr<Backend> make_backend(int ordinal, const Options& options);
+
+class CudaBackend;
+
+/// An instantiated CUDA graph with the topology key it was built from.
+struct CachedGraph {
+  uint64_t key = 0;
+  cudaGraphExec_t exec = nullptr;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int ordinal, const Options& options);
+  ~CudaBackend() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  const KernelRegistry& registry() const override { return registry_; }
+  std::unique_ptr<Submission> new_submission(SubmitMode mode, std::string_view label) override;
+
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void copy_on_device(void* dst, const void* src, size_t bytes) override;
+  void fill(void* dst, uint8_t byte, size_t bytes) override;
+  void synchronize() override;
+  size_t free_memory() const override;
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }
+  /// Makes this backend's device current on the calling thread.
+  void activate() const;
+
+  /// Returns an instantiated graph for `graph`: a cached one with the same topology
+  /// updated in place (cudaGraphExecUpdate), or a new instantiation. The backend owns it.
+  cudaGraphExec_t instantiate_cached(cudaGraph_t graph, uint64_t topology_key);
+  GraphCacheStats graph_cache_stats() const override { return cache_stats_; }
+
+ protected:
+  void* allocate_raw(size_t bytes) override;
+  void* allocate_host_visible_raw(size_t bytes) override;
+  void free_raw(void* data, size_t bytes) noexcept override;
+
+ private:
+  void staged_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+
+  int ordinal_;
+  DeviceInfo info_;
+  KernelRegistry registry_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex pinned_mutex_;
+  std::set<void*> pinned_;  // host-visible allocations (freed with cudaFreeHost)
+  // Pinned staging for large host<->device copies.
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  std::mutex staging_mutex_;
+  // Most recently used instantiated graphs, by topology key.
+  std::list<CachedGraph> graph_cache_;
+  GraphCacheStats cache_stats_;
+};
+
+/// Registers every CUDA kernel family (list in cuda_kernels.cu).
+void register_cuda_kernels(KernelRegistry& registry);
+
+}  // namespace onepass::cuda

@@ -1,0 +1,66 @@
+// CUDA kernels: copy_<S>_<D> between f32, f16 and bf16, and test_mix_u32.
+#include "common.cuh"
+#include "onepass/ops/copy.h"
+#include "onepass/ops/synthetic.h"
+#include "registration.h"
+
+namespace onepass::cuda {
+namespace {
+
+template <DType Src, DType Dst>
+__global__ void copy_kernel(const __grid_constant__ ops::CopyArgs a) {
+  using In = Elem<Src>;
+  using Out = Elem<Dst>;
+  pdl_wait();
+  const int64_t total = a.rows * a.cols;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t r = i / a.cols;
+    const int64_t c = i - r * a.cols;
+    const auto v = static_cast<const typename In::storage*>(a.src)[r * a.src_stride + c];
+    static_cast<typename Out::storage*>(a.dst)[r * a.dst_stride + c] = Out::store(In::load(v));
+  }
+}
+
+__global__ void mix_kernel(const __grid_constant__ ops::MixArgs a) {
+  pdl_wait();
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
+  const uint32_t b = a.b_len > 0 ? a.b[i % a.b_len] : 0u;
+  a.out[i] = ops::mix_u32(a.a[i], b, a.salt);
+}
+
+}  // namespace
+
+void register_copy_cuda_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType S>() {
+    for_each_float_type([&]<DType D>() {
+      registry.add(make_cuda_kernel<ops::CopyArgs>(std::string("copy_") + Elem<S>::name + "_" + Elem<D>::name,
+                                                   reinterpret_cast<const void*>(&copy_kernel<S, D>)));
+    });
+  });
+}
+
+void register_test_cuda_kernels(KernelRegistry& registry) {
+  registry.add(make_cuda_kernel<ops::MixArgs>("test_mix_u32", reinterpret_cast<const void*>(&mix_kernel)));
+}
+
+}  // namespace onepass::cuda
+
+namespace onepass::cuda {
+namespace {
+
+// Writes through a null pointer: lets the tests check that a device fault becomes an
+// onepass::Error instead of an abort.
+__global__ void fault_kernel(const __grid_constant__ ops::MixArgs a) {
+  if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t*>(a.out) = 1u;
+}
+
+}  // namespace
+
+void register_fault_cuda_kernel(KernelRegistry& registry) {
+  registry.add(make_cuda_kernel<ops::MixArgs>("test_fault", reinterpret_cast<const void*>(&fault_kernel), 1024,
+                                              false));
+}
+
+}  // namespace onepass::cuda
