@@ -49,8 +49,8 @@ TEST_P(ConflictRules, TrackerAgrees) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, ConflictRules, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string name = info.param.name;
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           std::string name = p.param.name;
                            for (char& ch : name) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }
