@@ -46,11 +46,12 @@ TEST(CudaBackend, CopiesSmallAndLargeBuffers) {
     const auto in = testing::random_u32(n, n);
     v.write(in);
     EXPECT_EQ(v.read_as<uint32_t>(), in) << n;
+    if (n < 3) continue;
     v.slice(4, 8).fill(0xcd);
     const auto out = v.read_as<uint32_t>();
-    if (n > 2) {
-      EXPECT_EQ(out[1], 0xcdcdcdcdu);
-    }
+    EXPECT_EQ(out[0], in[0]);
+    EXPECT_EQ(out[1], 0xcdcdcdcdu);
+    EXPECT_EQ(out[3], in[3]);
   }
 }
 
