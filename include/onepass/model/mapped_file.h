@@ -1,0 +1,54 @@
+// MappedFile: a read-only memory mapping of a model file, and TensorInfo: a tensor found in
+// one (GGUF or safetensors), pointing into the mapping.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+
+#include "onepass/core/dtype.h"
+#include "onepass/core/tensor.h"
+
+namespace onepass {
+
+/// The whole of one file mapped read-only. Move-only; the mapping is released by the
+/// destructor (which never throws). An empty file maps to {nullptr, 0}.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  /// Maps `path`; throws Error("[mapped_file] ...") naming the path and the OS reason when
+  /// it is missing, unreadable or not a regular file.
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void release() noexcept;
+
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::filesystem::path path_;
+};
+
+/// A tensor stored in a model file. `data` points into the file's mapping and stays valid
+/// while the file object that produced it lives (moving that object keeps it valid).
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;          // outermost dimension first, innermost (contiguous) last
+  uint64_t offset = 0;  // absolute byte offset of the data in the file
+  uint64_t bytes = 0;   // bytes of data
+  const void* data = nullptr;
+};
+
+}  // namespace onepass

@@ -1,0 +1,76 @@
+#include "onepass/model/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "onepass/core/error.h"
+
+namespace onepass {
+namespace {
+
+// Closes the descriptor on every path out of the constructor; the mapping outlives it.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (guard.fd < 0) {
+    const int err = errno;
+    fail("mapped_file", "cannot open '", path.string(), "': ", std::strerror(err));
+  }
+  struct stat info {};
+  if (::fstat(guard.fd, &info) != 0) {
+    const int err = errno;
+    fail("mapped_file", "cannot stat '", path.string(), "': ", std::strerror(err));
+  }
+  check(S_ISREG(info.st_mode), "mapped_file", "'", path.string(), "' is not a regular file");
+  size_ = static_cast<size_t>(info.st_size);
+  if (size_ == 0) return;  // mmap rejects zero-length mappings; an empty file is {nullptr, 0}
+  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, guard.fd, 0);
+  if (mapped == MAP_FAILED) {
+    const int err = errno;
+    size_ = 0;
+    fail("mapped_file", "cannot map '", path.string(), "' (", info.st_size,
+         " bytes): ", std::strerror(err));
+  }
+  data_ = static_cast<const uint8_t*>(mapped);
+}
+
+MappedFile::~MappedFile() {
+  release();
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      path_(std::move(other.path_)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+void MappedFile::release() noexcept {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace onepass
