@@ -57,7 +57,6 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
                                       [&](const FusionRule& r) { return r.producer == producer->op_kind; });
     if (!has_rule) continue;
     const MemRange w = producer->writes[0];
-    if (overlaps_any(w, keep)) continue;
     const long c_index = find_consumer(nodes, p, w);
     if (c_index < 0) continue;
     const size_t c = static_cast<size_t>(c_index);
@@ -66,9 +65,10 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     if (std::find(consumer.reads.begin(), consumer.reads.end(), w) == consumer.reads.end()) continue;
     if (overlaps_any(w, consumer.writes)) continue;
     if (any_overlap(consumer.writes, producer->reads)) continue;
-    // The producer's value must be dead after the consumer: the next node touching the
-    // intermediate must overwrite all of it without reading it (or none may follow).
-    bool live_after = false;
+    // Unless the fused kernel still writes it, the producer's value must be dead after
+    // the consumer: the next node touching the intermediate must overwrite all of it
+    // without reading it (or none may follow), and it must not be a graph output.
+    bool live_after = overlaps_any(w, keep);
     for (size_t k = c + 1; k < nodes.size(); ++k) {
       const Dispatch* later = as_dispatch(nodes[k]);
       if (later == nullptr || removed[k]) continue;
@@ -80,9 +80,9 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
                                           [&](const MemRange& r) { return r.contains(w); });
       if (overwrites) break;
     }
-    if (live_after) continue;
     for (const FusionRule& rule : rules.rules()) {
       if (rule.producer != producer->op_kind || rule.consumer != consumer.op_kind) continue;
+      if (live_after && !rule.keeps_intermediate) continue;
       std::optional<Dispatch> fused = rule.build(*producer, consumer, registry);
       if (!fused) continue;
       fused->reads = producer->reads;
@@ -90,6 +90,7 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
         if (!(r == w)) fused->reads.push_back(r);
       }
       fused->writes = consumer.writes;
+      if (rule.keeps_intermediate) fused->writes.insert(fused->writes.begin(), w);
       fused->retained = producer->retained;
       fused->retained.insert(fused->retained.end(), consumer.retained.begin(), consumer.retained.end());
       if (fused->label.empty()) {

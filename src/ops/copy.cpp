@@ -4,6 +4,8 @@
 #include "onepass/exec/graph_session.h"
 #include "op_common.h"
 
+#include <algorithm>
+
 namespace onepass {
 
 void GraphSession::copy(const TensorView& src, const TensorView& dst) {
@@ -35,6 +37,29 @@ void GraphSession::copy(const TensorView& src, const TensorView& dst) {
   Dispatch dispatch_node(k, elementwise_dims(backend(), args.rows * args.cols), args, OpKind::copy, op);
   dispatch_node.read(src).write(dst);
   dispatch(std::move(dispatch_node));
+}
+
+}  // namespace onepass
+
+namespace onepass {
+
+void GraphSession::copy_bytes(const BufferView& src, const BufferView& dst) {
+  const char* op = "copy_bytes";
+  check(static_cast<bool>(src) && static_cast<bool>(dst), op, "empty view");
+  check(src.size() == dst.size(), op, "src has ", src.size(), " bytes, dst ", dst.size());
+  check(!src.range().overlaps(dst.range()), op, "src and dst overlap");
+  ops::CopyBytesArgs args{src.data(), dst.data(), src.size()};
+  LaunchDims dims;
+  if (ops::detail::on_cpu(backend())) {
+    dims.grid.x = static_cast<uint32_t>(std::max<uint64_t>(1, (src.size() + ops::kCpuCopyBytesBlock - 1) /
+                                                                   ops::kCpuCopyBytesBlock));
+  } else {
+    dims.block.x = 256;
+    dims.grid.x = static_cast<uint32_t>(std::clamp<uint64_t>((src.size() / 16 + 255) / 256, 1, 4096));
+  }
+  Dispatch d(backend().registry().get("copy_bytes"), dims, args, OpKind::copy, op);
+  d.read(src).write(dst);
+  dispatch(std::move(d));
 }
 
 }  // namespace onepass

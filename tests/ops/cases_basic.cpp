@@ -150,6 +150,17 @@ ONEPASS_OP_CASES(copy) {
       }
     }
   }
+  for (int64_t bytes : {1, 15, 16, 4099, 100000}) {
+    cases.push_back({cat("copy_bytes/", bytes), [=](OpContext& c) {
+      std::vector<uint8_t> data(static_cast<size_t>(bytes));
+      for (uint8_t& b : data) b = static_cast<uint8_t>(c.rng()());
+      TensorView src = c.input_bytes(DType::u8, {bytes}, data);
+      TensorView dst = c.output(DType::u8, {bytes});
+      c.session().copy_bytes(src.view, dst.view);
+      c.run();
+      c.expect_bytes(dst, data);
+    }});
+  }
   cases.push_back({"copy/f32_f16/reshape_6x10_to_4x15", [](OpContext& c) {
     TensorView src = c.random_input(DType::f32, {6, 10});
     TensorView dst = c.output(DType::f16, {4, 15});

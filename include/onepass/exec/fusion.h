@@ -23,6 +23,9 @@ struct FusionRule {
   std::function<std::optional<Dispatch>(const Dispatch& producer, const Dispatch& consumer,
                                         const KernelRegistry& registry)>
       build;
+  /// The fused kernel still writes the producer's output (e.g. add + rms_norm keeps the
+  /// residual sum), so it may stay live after the consumer.
+  bool keeps_intermediate = false;
 };
 
 class FusionRules {

@@ -174,6 +174,9 @@ class GraphSession {
   void embedding(const TensorView& table, const TensorView& ids, const TensorView& out);
   /// Copy with conversion between f32, f16 and bf16 (same number of elements).
   void copy(const TensorView& src, const TensorView& dst);
+  /// Raw byte copy of src into dst (same size); e.g. the per-step inputs of a replayed
+  /// graph from host-visible memory into device memory.
+  void copy_bytes(const BufferView& src, const BufferView& dst);
   /// out[r] = index of the largest value of row r (i32; lowest index on ties).
   void argmax(const TensorView& x, const TensorView& out);
   /// out [M, N] = x [M, K] · wᵀ, w [N, K] in f32/f16/bf16 or a GGML block format;

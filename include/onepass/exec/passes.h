@@ -21,8 +21,9 @@ inline constexpr size_t kReorderLookahead = 64;
 /// touching W overwrites all of it without reading it, or none follows) and lies in none
 /// of `keep` (graph outputs); no node in between writes what the producer reads; and the
 /// consumer's writes overlap none of the producer's reads. So scratch buffers reused by
-/// every layer still fuse. The fused dispatch takes the consumer's place; barriers stay
-/// where they were. Returns the number of fusions.
+/// every layer still fuse. Rules that keep the intermediate (the fused kernel writes it
+/// too) skip the deadness condition. The fused dispatch takes the consumer's place;
+/// barriers stay where they were. Returns the number of fusions.
 uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
                    const KernelRegistry& registry, std::span<const MemRange> keep = {});
 

@@ -15,4 +15,14 @@ struct CopyArgs {
   int64_t dst_stride;
 };
 
+/// dst[0, bytes) = src[0, bytes). Kernel copy_bytes. CPU: 4096 bytes per block; CUDA:
+/// grid-stride over bytes (16-byte words when both pointers allow).
+struct CopyBytesArgs {
+  const void* src;
+  void* dst;
+  uint64_t bytes;
+};
+
+inline constexpr uint64_t kCpuCopyBytesBlock = 4096;
+
 }  // namespace onepass::ops

@@ -2,6 +2,7 @@
 #include "onepass/ops/copy.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "onepass/ops/elementwise.h"
 #include "../cpu_kernels.h"
@@ -29,9 +30,17 @@ void copy_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t en
   }
 }
 
+void copy_bytes_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  const auto& a = *static_cast<const ops::CopyBytesArgs*>(raw);
+  const uint64_t begin = first * ops::kCpuCopyBytesBlock;
+  const uint64_t stop = std::min<uint64_t>(a.bytes, end * ops::kCpuCopyBytesBlock);
+  if (begin < stop) std::memcpy(static_cast<char*>(a.dst) + begin, static_cast<const char*>(a.src) + begin, stop - begin);
+}
+
 }  // namespace
 
 void register_copy_kernels(KernelRegistry& registry) {
+  registry.add(make_cpu_kernel<ops::CopyBytesArgs>("copy_bytes", copy_bytes_kernel));
   for_each_float_type([&]<DType S>() {
     for_each_float_type([&]<DType D>() {
       registry.add(make_cpu_kernel<ops::CopyArgs>(
