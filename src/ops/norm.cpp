@@ -1,5 +1,5 @@
-// GraphSession::rms_norm / rms_norm_no_weight / rms_norm_mul, and the RMS-norm -> mul
-// fusion rule.
+// GraphSession::rms_norm / rms_norm_no_weight / rms_norm_mul / add_rms_norm, and the
+// RMS-norm -> mul fusion rule.
 #include "onepass/ops/norm.h"
 
 #include "onepass/ops/elementwise.h"
@@ -74,6 +74,46 @@ void GraphSession::rms_norm_mul(const TensorView& x, const TensorView& weight,
                                 const TensorView& scale, const TensorView& out, float eps) {
   const auto args = norm_args("rms_norm_mul", x, &weight, &scale, out, eps);
   emit(*this, "rms_norm_mul", args, x.dtype, OpKind::norm_mul, {&x, &weight, &scale}, out);
+}
+
+void GraphSession::add_rms_norm(const TensorView& a, const TensorView& b, const TensorView& sum,
+                                const TensorView& weight, const TensorView& out, float eps) {
+  const char* op = "add_rms_norm";
+  require_data(a, op, "a");
+  require_data(b, op, "b");
+  require_data(sum, op, "sum");
+  require_data(weight, op, "weight");
+  require_data(out, op, "out");
+  require_float(a, op, "a");
+  require_same_dtype(a, b, op, "a", "b");
+  require_same_dtype(a, sum, op, "a", "sum");
+  require_same_dtype(a, out, op, "a", "out");
+  require_same_shape(a, b, op, "a", "b");
+  require_same_shape(a, sum, op, "a", "sum");
+  require_same_shape(a, out, op, "a", "out");
+  check(a.cols() > 0, op, "a has no columns");
+  check(eps >= 0.0f, op, "eps must be >= 0, got ", eps);
+  require_dtype(weight, DType::f32, op, "weight");
+  check(weight.numel() == a.cols() && weight.contiguous(), op, "weight has ", weight.numel(),
+        " elements, expected ", a.cols());
+  check(!out.range().overlaps(sum.range()), op, "out overlaps sum");
+  ops::AddRmsNormArgs args{};
+  args.a = a.data();
+  args.b = b.data();
+  args.sum = sum.data();
+  args.weight = static_cast<const float*>(weight.data());
+  args.out = out.data();
+  args.rows = a.rows();
+  args.cols = a.cols();
+  args.a_stride = element_stride(a, op, "a");
+  args.b_stride = element_stride(b, op, "b");
+  args.sum_stride = element_stride(sum, op, "sum");
+  args.out_stride = element_stride(out, op, "out");
+  args.eps = eps;
+  const Kernel& k = backend().registry().get(kernel_name(op, a.dtype));
+  Dispatch d(k, row_dims(backend(), args.rows, args.cols), args, OpKind::norm, op);
+  d.read(a).read(b).read(weight).write(sum).write(out);
+  dispatch(std::move(d));
 }
 
 namespace ops {

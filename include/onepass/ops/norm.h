@@ -1,4 +1,5 @@
-// RMS normalisation over the last dimension, alone or fused with a multiply.
+// RMS normalisation over the last dimension, alone, fused with a multiply, or fused with
+// the residual add before it.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,26 @@ struct RmsNormArgs {
   int64_t scale_stride;
   int64_t out_stride;
   int64_t scale_row_step;
+  float eps;
+};
+
+/// Residual add fused with the next norm: sum = a + b, stored in T; then
+/// out = sum / sqrt(mean(sum^2) + eps) * weight, computed from sum as stored. Kernel
+/// add_rms_norm_<T>: a, b, sum and out of type T (f32, f16, bf16), weight f32. Strides
+/// in elements. sum may be a or b itself (in-place residual update).
+/// Work: one block per row, as RmsNormArgs (row_dims()).
+struct AddRmsNormArgs {
+  const void* a;
+  const void* b;
+  void* sum;
+  const float* weight;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t a_stride;
+  int64_t b_stride;
+  int64_t sum_stride;
+  int64_t out_stride;
   float eps;
 };
 

@@ -1,8 +1,94 @@
-// CPU kernels: activation (not yet implemented).
+// CPU kernels: gelu, silu, softcap, silu_mul. Blocks of kCpuElementwiseBlock values.
+#include "onepass/ops/activation.h"
+
+#include <algorithm>
+#include <cmath>
+
 #include "../cpu_kernels.h"
+#include "float_types.h"
+#include "onepass/ops/elementwise.h"
 
 namespace onepass::cpu {
+namespace {
 
-void register_activation_kernels(KernelRegistry& registry) { (void)registry; }
+// Visits the linear element range of blocks [first, end) as (row, col_begin, col_end)
+// spans, so the inner loops run over contiguous columns.
+template <typename F>
+void for_spans(int64_t rows, int64_t cols, uint64_t first, uint64_t end, F&& f) {
+  const int64_t total = rows * cols;
+  int64_t i = static_cast<int64_t>(first) * ops::kCpuElementwiseBlock;
+  const int64_t stop =
+      std::min<int64_t>(total, static_cast<int64_t>(end) * ops::kCpuElementwiseBlock);
+  while (i < stop) {
+    const int64_t r = i / cols;
+    const int64_t c0 = i % cols;
+    const int64_t c1 = std::min<int64_t>(cols, c0 + (stop - i));
+    f(r, c0, c1);
+    i += c1 - c0;
+  }
+}
+
+enum class Unary { gelu, silu, softcap };
+
+inline float gelu(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(u));
+}
+
+// exp(-x) overflows to inf for x < -88, giving x / inf = -0: the right limit.
+inline float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+
+template <DType T, Unary kOp>
+void unary_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  using E = Elem<T>;
+  using S = typename E::storage;
+  const auto& a = *static_cast<const ops::ActivationArgs*>(raw);
+  for_spans(a.rows, a.cols, first, end, [&](int64_t r, int64_t c0, int64_t c1) {
+    const S* x = static_cast<const S*>(a.x) + r * a.x_stride;
+    S* o = static_cast<S*>(a.out) + r * a.out_stride;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float v = E::load(x[c]);
+      float y;
+      if constexpr (kOp == Unary::gelu) {
+        y = gelu(v);
+      } else if constexpr (kOp == Unary::silu) {
+        y = silu(v);
+      } else {
+        y = std::tanh(v / a.cap) * a.cap;
+      }
+      o[c] = E::store(y);
+    }
+  });
+}
+
+template <DType T>
+void silu_mul_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  using E = Elem<T>;
+  using S = typename E::storage;
+  const auto& a = *static_cast<const ops::SiluMulArgs*>(raw);
+  for_spans(a.rows, a.cols, first, end, [&](int64_t r, int64_t c0, int64_t c1) {
+    const S* x = static_cast<const S*>(a.a) + r * a.a_stride;
+    const S* y = static_cast<const S*>(a.b) + r * a.b_stride;
+    S* o = static_cast<S*>(a.out) + r * a.out_stride;
+    for (int64_t c = c0; c < c1; ++c) o[c] = E::store(silu(E::load(x[c])) * E::load(y[c]));
+  });
+}
+
+}  // namespace
+
+void register_activation_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType T>() {
+    const std::string t = Elem<T>::name;
+    registry.add(make_cpu_kernel<ops::ActivationArgs>("gelu_" + t, unary_kernel<T, Unary::gelu>));
+    registry.add(make_cpu_kernel<ops::ActivationArgs>("silu_" + t, unary_kernel<T, Unary::silu>));
+    registry.add(
+        make_cpu_kernel<ops::ActivationArgs>("softcap_" + t, unary_kernel<T, Unary::softcap>));
+    registry.add(make_cpu_kernel<ops::SiluMulArgs>("silu_mul_" + t, silu_mul_kernel<T>));
+  });
+}
 
 }  // namespace onepass::cpu

@@ -1,8 +1,276 @@
-// CPU kernels: attention (not yet implemented).
+// CPU kernels: sdpa_<C>, flash_decode_<C> (per-chunk partials) and flash_decode_merge,
+// for KV caches of type C in f32, f16, bf16. q, out and all arithmetic are f32.
+//
+// On the CPU a block covers all query heads of one KV group, so each K and V row is
+// converted to f32 once per group rather than once per query head.
+#include "onepass/ops/attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "../cpu_kernels.h"
+#include "float_types.h"
 
 namespace onepass::cpu {
+namespace {
 
-void register_attention_kernels(KernelRegistry& registry) { (void)registry; }
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Keys per tile of the online softmax; equal to the flash-decoding chunk so that a
+// chunk's partial is exactly one tile.
+constexpr int64_t kTile = ops::kFlashDecodeChunk;
+
+// Reductions in kLanes independent partial sums: they vectorise without reassociation
+// and their order depends on the length alone.
+constexpr int64_t kLanes = 8;
+
+float dot(const float* a, const float* b, int64_t n) {
+  float part[kLanes] = {};
+  const int64_t body = n - n % kLanes;
+  for (int64_t i = 0; i < body; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) part[j] += a[i + j] * b[i + j];
+  }
+  for (int64_t i = body; i < n; ++i) part[0] += a[i] * b[i];
+  float sum = 0.0f;
+  for (float p : part) sum += p;
+  return sum;
+}
+
+float sum_of(const float* v, int64_t n) {
+  float part[kLanes] = {};
+  const int64_t body = n - n % kLanes;
+  for (int64_t i = 0; i < body; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) part[j] += v[i + j];
+  }
+  for (int64_t i = body; i < n; ++i) part[0] += v[i];
+  float sum = 0.0f;
+  for (float p : part) sum += p;
+  return sum;
+}
+
+// f16 -> f32 without branches, so a row converts in vector registers: move exponent and
+// mantissa into place and rebias, then pick the inf/NaN or subnormal variant with bit
+// masks (a ternary here becomes control flow and stops vectorisation).
+// Bit-identical to f16_to_f32 for all 65536 inputs.
+inline float f16_to_f32_masked(uint16_t h) {
+  const uint32_t shifted = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exponent = shifted & 0x0f800000u;
+  const uint32_t normal = shifted + ((127u - 15u) << 23);
+  const uint32_t special = normal + ((128u - 16u) << 23);  // exponent 31: inf / NaN
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(normal + (1u << 23)) -
+                                                     std::bit_cast<float>(113u << 23));
+  const uint32_t is_special = 0u - static_cast<uint32_t>(exponent == 0x0f800000u);
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exponent == 0u);
+  const uint32_t magnitude =
+      (normal & ~(is_special | is_subnormal)) | (special & is_special) | (subnormal & is_subnormal);
+  return std::bit_cast<float>(magnitude | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
+// One cache row (kv head, position) as f32: the row itself for f32 caches, else a
+// converted copy in `tmp`.
+template <DType C>
+const float* cache_row(const void* cache, int64_t stride, int64_t row, float* tmp, int64_t n) {
+  const auto* src = static_cast<const typename Elem<C>::storage*>(cache) + row * stride;
+  if constexpr (C == DType::f32) {
+    (void)tmp;
+    (void)n;
+    return src;
+  } else if constexpr (C == DType::f16) {
+    for (int64_t d = 0; d < n; ++d) tmp[d] = f16_to_f32_masked(src[d]);
+    return tmp;
+  } else {
+    for (int64_t d = 0; d < n; ++d)
+      tmp[d] = std::bit_cast<float>(static_cast<uint32_t>(src[d]) << 16);
+    return tmp;
+  }
+}
+
+// The query heads of one KV group and their running softmax state: per head a max, a
+// sum of exponentials and an unnormalised head_dim accumulator.
+struct Group {
+  const float* q;    // first query head of the group
+  int64_t q_stride;  // between consecutive query heads
+  int64_t heads;
+  float* max;          // [heads]
+  float* sum;          // [heads]
+  float* acc;          // first head's accumulator
+  int64_t acc_stride;  // between consecutive heads' accumulators
+};
+
+// Buffers one kernel call reuses for all its blocks.
+struct Workspace {
+  std::vector<float> row;     // one converted K or V row
+  std::vector<float> scores;  // [heads, kTile]
+  std::vector<float> max;
+  std::vector<float> sum;
+  std::vector<float> acc;  // [heads, head_dim] (sdpa)
+  Workspace(int64_t heads, int64_t head_dim)
+      : row(static_cast<size_t>(head_dim)),
+        scores(static_cast<size_t>(heads * kTile)),
+        max(static_cast<size_t>(heads)),
+        sum(static_cast<size_t>(heads)),
+        acc(static_cast<size_t>(heads * head_dim)) {}
+};
+
+// Online-softmax step: folds keys [first_row, first_row + count) (count <= kTile) of one
+// KV head into the state of every query head of the group.
+template <DType C>
+void attend_tile(const Group& g, const void* k, const void* v, int64_t k_stride, int64_t v_stride,
+                 int64_t first_row, int64_t count, float scale, int64_t head_dim, Workspace& w) {
+  float* scores = w.scores.data();
+  for (int64_t j = 0; j < count; ++j) {
+    const float* key = cache_row<C>(k, k_stride, first_row + j, w.row.data(), head_dim);
+    for (int64_t h = 0; h < g.heads; ++h) {
+      scores[h * kTile + j] = dot(g.q + h * g.q_stride, key, head_dim) * scale;
+    }
+  }
+  for (int64_t h = 0; h < g.heads; ++h) {
+    float* s = scores + h * kTile;
+    float tile_max = kNegInf;
+    for (int64_t j = 0; j < count; ++j) tile_max = std::max(tile_max, s[j]);
+    const float new_max = std::max(g.max[h], tile_max);
+    for (int64_t j = 0; j < count; ++j) s[j] = std::exp(s[j] - new_max);
+    // exp(-inf) = 0: a fresh state (max -inf, sum and acc 0) just takes the tile.
+    const float rescale = std::exp(g.max[h] - new_max);
+    g.sum[h] = g.sum[h] * rescale + sum_of(s, count);
+    g.max[h] = new_max;
+    if (rescale != 1.0f) {
+      float* acc = g.acc + h * g.acc_stride;
+      for (int64_t d = 0; d < head_dim; ++d) acc[d] *= rescale;
+    }
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const float* value = cache_row<C>(v, v_stride, first_row + j, w.row.data(), head_dim);
+    for (int64_t h = 0; h < g.heads; ++h) {
+      const float weight = scores[h * kTile + j];
+      float* acc = g.acc + h * g.acc_stride;
+      for (int64_t d = 0; d < head_dim; ++d) acc[d] += weight * value[d];
+    }
+  }
+}
+
+// CPU grid: {n_kv_head, tokens}; block = (kv head, token), all query heads of the group.
+template <DType C>
+void sdpa_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  const auto& a = *static_cast<const ops::SdpaArgs*>(raw);
+  const int64_t group = a.n_head / a.n_kv_head;
+  Workspace w(group, a.head_dim);
+  for (uint64_t block = first; block < end; ++block) {
+    const auto kv_head = static_cast<int64_t>(block % static_cast<uint64_t>(a.n_kv_head));
+    const auto token = static_cast<int64_t>(block / static_cast<uint64_t>(a.n_kv_head));
+    if (token >= a.tokens) break;
+    const int64_t first_q = token * a.n_head + kv_head * group;  // row of the group's first head
+    const int64_t position = a.positions[token];
+    // A negative position sees no key; past the cache it sees the whole cache.
+    const int64_t count = position < 0 ? 0 : std::min(position, a.ctx - 1) + 1;
+    std::fill(w.max.begin(), w.max.end(), kNegInf);
+    std::fill(w.sum.begin(), w.sum.end(), 0.0f);
+    std::fill(w.acc.begin(), w.acc.end(), 0.0f);
+    const Group g{a.q + first_q * a.q_stride,
+                  a.q_stride,
+                  group,
+                  w.max.data(),
+                  w.sum.data(),
+                  w.acc.data(),
+                  a.head_dim};
+    for (int64_t key = 0; key < count; key += kTile) {
+      attend_tile<C>(g, a.k, a.v, a.k_stride, a.v_stride, kv_head * a.ctx + key,
+                     std::min(kTile, count - key), a.scale, a.head_dim, w);
+    }
+    for (int64_t h = 0; h < group; ++h) {
+      float* o = a.out + (first_q + h) * a.out_stride;
+      const float* acc = w.acc.data() + h * a.head_dim;
+      const float inv = count > 0 ? 1.0f / w.sum[static_cast<size_t>(h)] : 0.0f;
+      for (int64_t d = 0; d < a.head_dim; ++d) o[d] = acc[d] * inv;
+    }
+  }
+}
+
+// CPU grid: {chunks, n_kv_head}; block = (chunk, kv head), all query heads of the group.
+template <DType C>
+void flash_decode_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  const auto& a = *static_cast<const ops::FlashDecodeArgs*>(raw);
+  const int64_t group = a.n_head / a.n_kv_head;
+  const int64_t partials = a.n_head * a.chunks;
+  const int64_t length = std::clamp<int64_t>(*a.kv_length, 0, a.ctx);
+  Workspace w(group, a.head_dim);
+  for (uint64_t block = first; block < end; ++block) {
+    const auto chunk = static_cast<int64_t>(block % static_cast<uint64_t>(a.chunks));
+    const auto kv_head = static_cast<int64_t>(block / static_cast<uint64_t>(a.chunks));
+    if (kv_head >= a.n_kv_head) break;
+    const int64_t first_head = kv_head * group;
+    // Partial (head, chunk) sits at index head * chunks + chunk of each scratch array.
+    float* acc = a.scratch + (first_head * a.chunks + chunk) * a.head_dim;
+    float* max_out = a.scratch + partials * a.head_dim + first_head * a.chunks + chunk;
+    float* sum_out = max_out + partials;
+    const int64_t begin = chunk * ops::kFlashDecodeChunk;
+    const int64_t stop = std::min(begin + ops::kFlashDecodeChunk, length);
+    if (begin >= stop) {  // empty partial; acc stays unwritten
+      for (int64_t h = 0; h < group; ++h) {
+        max_out[h * a.chunks] = kNegInf;
+        sum_out[h * a.chunks] = 0.0f;
+      }
+      continue;
+    }
+    std::fill(w.max.begin(), w.max.end(), kNegInf);
+    std::fill(w.sum.begin(), w.sum.end(), 0.0f);
+    for (int64_t h = 0; h < group; ++h)
+      std::fill_n(acc + h * a.chunks * a.head_dim, a.head_dim, 0.0f);
+    const Group g{a.q + first_head * a.q_stride, a.q_stride, group, w.max.data(), w.sum.data(), acc,
+                  a.chunks * a.head_dim};
+    attend_tile<C>(g, a.k, a.v, a.k_stride, a.v_stride, kv_head * a.ctx + begin, stop - begin,
+                   a.scale, a.head_dim, w);
+    for (int64_t h = 0; h < group; ++h) {
+      max_out[h * a.chunks] = w.max[static_cast<size_t>(h)];
+      sum_out[h * a.chunks] = w.sum[static_cast<size_t>(h)];
+    }
+  }
+}
+
+// Grid: {n_head}; block = one head.
+void flash_decode_merge_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  const auto& a = *static_cast<const ops::FlashDecodeArgs*>(raw);
+  const int64_t partials = a.n_head * a.chunks;
+  for (uint64_t block = first; block < end; ++block) {
+    const auto head = static_cast<int64_t>(block);
+    if (head >= a.n_head) break;
+    const float* maxes = a.scratch + partials * a.head_dim + head * a.chunks;
+    const float* sums = maxes + partials;
+    float* o = a.out + head * a.out_stride;
+    float global_max = kNegInf;
+    for (int64_t c = 0; c < a.chunks; ++c) {
+      if (sums[c] > 0.0f) global_max = std::max(global_max, maxes[c]);
+    }
+    std::fill(o, o + a.head_dim, 0.0f);
+    if (global_max == kNegInf) continue;  // no valid key
+    float total = 0.0f;
+    for (int64_t c = 0; c < a.chunks; ++c) {
+      // Empty partials are skipped, never multiplied: their acc was not written.
+      if (!(sums[c] > 0.0f)) continue;
+      const float weight = std::exp(maxes[c] - global_max);
+      total += sums[c] * weight;
+      const float* acc = a.scratch + (head * a.chunks + c) * a.head_dim;
+      for (int64_t d = 0; d < a.head_dim; ++d) o[d] += acc[d] * weight;
+    }
+    const float inv = 1.0f / total;
+    for (int64_t d = 0; d < a.head_dim; ++d) o[d] *= inv;
+  }
+}
+
+}  // namespace
+
+void register_attention_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType C>() {
+    const std::string t = Elem<C>::name;
+    registry.add(make_cpu_kernel<ops::SdpaArgs>("sdpa_" + t, sdpa_kernel<C>));
+    registry.add(
+        make_cpu_kernel<ops::FlashDecodeArgs>("flash_decode_" + t, flash_decode_kernel<C>));
+  });
+  registry.add(
+      make_cpu_kernel<ops::FlashDecodeArgs>("flash_decode_merge", flash_decode_merge_kernel));
+}
 
 }  // namespace onepass::cpu

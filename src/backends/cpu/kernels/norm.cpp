@@ -1,4 +1,4 @@
-// CPU kernels: rms_norm, rms_norm_noweight, rms_norm_mul. One block per row.
+// CPU kernels: rms_norm, rms_norm_noweight, rms_norm_mul, add_rms_norm. One block per row.
 #include "onepass/ops/norm.h"
 
 #include <cmath>
@@ -37,6 +37,37 @@ void rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_
   }
 }
 
+// sum = a + b exactly as add_<T> computes it, then the rms_norm_<T> arithmetic on the
+// stored sum: the fused kernel matches the unfused pair bit for bit.
+template <DType T>
+void add_rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  using E = Elem<T>;
+  using S = typename E::storage;
+  const auto& a = *static_cast<const ops::AddRmsNormArgs*>(raw);
+  for (uint64_t row = first; row < end; ++row) {
+    const auto r = static_cast<int64_t>(row);
+    if (r >= a.rows) break;
+    const S* x = static_cast<const S*>(a.a) + r * a.a_stride;
+    const S* y = static_cast<const S*>(a.b) + r * a.b_stride;
+    S* s = static_cast<S*>(a.sum) + r * a.sum_stride;
+    S* o = static_cast<S*>(a.out) + r * a.out_stride;
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < a.cols; ++c) {
+      // Read both inputs before writing: sum may be a or b (in place).
+      const S stored = E::store(E::load(x[c]) + E::load(y[c]));
+      s[c] = stored;
+      const double v = E::load(stored);
+      sum_sq += v * v;
+    }
+    const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(a.cols) + a.eps));
+    for (int64_t c = 0; c < a.cols; ++c) {
+      float v = E::load(s[c]) * inv;
+      v *= a.weight[c];
+      o[c] = E::store(v);
+    }
+  }
+}
+
 }  // namespace
 
 void register_norm_kernels(KernelRegistry& registry) {
@@ -46,6 +77,7 @@ void register_norm_kernels(KernelRegistry& registry) {
     registry.add(
         make_cpu_kernel<ops::RmsNormArgs>("rms_norm_noweight_" + t, rms_norm_kernel<T, false, false>));
     registry.add(make_cpu_kernel<ops::RmsNormArgs>("rms_norm_mul_" + t, rms_norm_kernel<T, true, true>));
+    registry.add(make_cpu_kernel<ops::AddRmsNormArgs>("add_rms_norm_" + t, add_rms_norm_kernel<T>));
   });
 }
 

@@ -1,0 +1,38 @@
+// Activations: gelu (tanh form), silu, silu*mul (SwiGLU gate) and softcap.
+// Argument structs are shared by the CPU and CUDA kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace onepass::ops {
+
+/// out[r, c] = f(x[r, c]), computed in f32. Kernels gelu_<T>, silu_<T>, softcap_<T> for
+/// T in f32, f16, bf16 (x and out share T). Strides in elements. `cap` is used by softcap
+/// only (out = tanh(x / cap) * cap).
+/// Work split as elementwise ops (ops/elementwise.h): CPU blocks of
+/// kCpuElementwiseBlock values of the flattened [rows, cols]; CUDA 256 threads per block,
+/// grid-stride loop over rows * cols values.
+struct ActivationArgs {
+  const void* x;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t x_stride;
+  int64_t out_stride;
+  float cap;
+};
+
+/// out[r, c] = silu(a[r, c]) * b[r, c], computed in f32. Kernel silu_mul_<T> (a, b and out
+/// share T). Strides in elements; work split as ActivationArgs.
+struct SiluMulArgs {
+  const void* a;
+  const void* b;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t a_stride;
+  int64_t b_stride;
+  int64_t out_stride;
+};
+
+}  // namespace onepass::ops

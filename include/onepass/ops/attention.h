@@ -1,0 +1,99 @@
+// Attention: causal grouped-query SDPA for a batch of queries (prefill), and
+// flash-decoding for one query token (split over the KV range, merged by log-sum-exp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace onepass::ops {
+
+/// Options of GraphSession::sdpa and flash_decode. Zero-initialised fields are invalid on
+/// purpose, so a forgotten field is an error rather than a silent wrong answer.
+/// Query head h reads KV head h / (n_head / n_kv_head) (grouped-query attention).
+struct AttentionParams {
+  float scale = 0.0f;  // applied to q·k, usually 1/sqrt(head_dim)
+  int32_t n_head = 0;
+  int32_t n_kv_head = 0;  // divides n_head
+  int32_t head_dim = 0;
+};
+
+/// Keys per flash-decoding chunk: one (head, chunk) partial result each.
+inline constexpr int64_t kFlashDecodeChunk = 256;
+
+/// Number of chunks for a cache of `ctx` positions (depends on the capacity only, never
+/// on the valid length, so a recorded graph stays valid as the length grows).
+inline int64_t flash_decode_chunks(int64_t ctx) {
+  return (ctx + kFlashDecodeChunk - 1) / kFlashDecodeChunk;
+}
+
+/// Bytes of scratch GraphSession::flash_decode needs: per (head, chunk) a head_dim f32
+/// accumulator, a running max and a sum of exponentials.
+inline size_t flash_decode_scratch_bytes(int64_t n_head, int64_t ctx, int64_t head_dim) {
+  const int64_t partials = n_head * flash_decode_chunks(ctx);
+  return static_cast<size_t>(partials * (head_dim + 2)) * sizeof(float);
+}
+
+/// Kernel sdpa_<C> for the cache type C in f32, f16, bf16; q and out are f32.
+/// q, out [tokens, n_head, head_dim]: rows (token, head) q_stride / out_stride elements
+/// apart. k, v [n_kv_head, ctx, head_dim]: rows (kv head, position) k_stride / v_stride
+/// elements apart. Query t attends to keys 0..min(positions[t], ctx - 1); a negative
+/// position sees no key and gives zeros. Scores, softmax and the weighted sum in f32.
+/// Work: CUDA grid {n_head, tokens} (head fastest), one block per (query head, token),
+/// blockDim a multiple of 32 (128 chosen by the op). CPU grid {n_kv_head, tokens}, one
+/// block per (kv head, token) covering the n_head / n_kv_head query heads of that group.
+struct SdpaArgs {
+  const float* q;
+  const void* k;
+  const void* v;
+  const int32_t* positions;
+  float* out;
+  int64_t tokens;
+  int64_t n_head;
+  int64_t n_kv_head;
+  int64_t head_dim;
+  int64_t ctx;
+  int64_t q_stride;
+  int64_t k_stride;
+  int64_t v_stride;
+  int64_t out_stride;
+  float scale;
+};
+
+/// The two dispatches of flash-decoding share this struct.
+///
+/// Kernel flash_decode_<C> (C = cache type f32, f16, bf16): CUDA grid {chunks, n_head}
+/// (chunk fastest), one block per (query head, chunk); CPU grid {chunks, n_kv_head}, one
+/// block per (kv head, chunk) covering the group's query heads. With
+/// L = clamp(*kv_length, 0, ctx), chunk c covers keys
+/// [c * kFlashDecodeChunk, min((c + 1) * kFlashDecodeChunk, L)) and writes the partial
+/// result of each of its heads to scratch (layout below): m = max of the scaled scores,
+/// l = sum exp(s - m), acc = sum exp(s - m) * v. A chunk with no valid key writes
+/// m = -inf, l = 0 and leaves acc unwritten.
+///
+/// Kernel flash_decode_merge: grid {n_head}, one block per head; reads only scratch and
+/// writes out[h] = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c,
+/// skipping partials with l = 0 (never reading their acc); a head with no valid key
+/// (L = 0) gives zeros.
+///
+/// Scratch layout (f32): acc [n_head, chunks, head_dim], then m [n_head, chunks], then
+/// l [n_head, chunks]. CUDA: blockDim a multiple of 32 for both kernels.
+struct FlashDecodeArgs {
+  const float* q;
+  const void* k;
+  const void* v;
+  const int32_t* kv_length;
+  float* out;
+  float* scratch;
+  int64_t n_head;
+  int64_t n_kv_head;
+  int64_t head_dim;
+  int64_t ctx;
+  int64_t chunks;
+  int64_t q_stride;
+  int64_t k_stride;
+  int64_t v_stride;
+  int64_t out_stride;
+  float scale;
+};
+
+}  // namespace onepass::ops

@@ -1,0 +1,28 @@
+// KV-cache write: new keys or values into a per-head cache at positions from a buffer.
+#pragma once
+
+#include <cstdint>
+
+namespace onepass::ops {
+
+/// cache[h, positions[t], :] = convert(src[t, h, :]). Kernel kv_write_<S>_<C> for the
+/// source type S and cache type C in f32, f16, bf16 (e.g. kv_write_f32_f16).
+/// src rows (token, head) are src_stride elements apart; cache rows (head, position)
+/// cache_stride elements apart. Positions are device data: a position outside [0, ctx)
+/// is skipped (nothing written). Two tokens with the same position race: which one
+/// lands is unspecified.
+/// Work: one block per src row (token, head): CPU one row per block, grid.x = tokens *
+/// n_kv_head with the head fastest; CUDA the same grid, threads over head_dim.
+struct KvWriteArgs {
+  const void* src;
+  void* cache;
+  const int32_t* positions;
+  int64_t tokens;
+  int64_t n_kv_head;
+  int64_t head_dim;
+  int64_t ctx;
+  int64_t src_stride;
+  int64_t cache_stride;
+};
+
+}  // namespace onepass::ops

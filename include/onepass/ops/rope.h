@@ -1,0 +1,51 @@
+// Rotary position embedding (RoPE): normal (interleaved) and NeoX layouts, partial rotary
+// dims, per-pair frequency factors, positions read from a device buffer.
+#pragma once
+
+#include <cstdint>
+
+#include "onepass/core/tensor.h"
+
+namespace onepass::ops {
+
+/// Which dimensions of a head form the rotated pairs.
+enum class RopeLayout : int32_t {
+  normal,  // interleaved pairs (2i, 2i+1) (Llama GGUF)
+  neox,    // pairs (i, i + rotary_dims/2) (NeoX, Qwen2, MLX/HF checkpoints)
+};
+
+/// Options of GraphSession::rope. Pair i (0 <= i < rotary_dims/2) at position p turns by
+///   angle = p * freq_scale * theta^(-2i / rotary_dims) / freq_factors[i].
+/// Dimensions from rotary_dims to head_dim pass through unchanged.
+struct RopeParams {
+  RopeLayout layout = RopeLayout::normal;
+  int32_t rotary_dims = 0;  // even, <= head_dim; 0 means the whole head
+  float theta = 10000.0f;   // frequency base
+  TensorView freq_factors;  // optional f32 [rotary_dims/2]; a view without buffer = none
+  float freq_scale = 1.0f;  // linear position scaling
+};
+
+/// Kernels rope_<T> (normal layout) and rope_neox_<T> (x and out share T, f32/f16/bf16).
+/// x and out are [tokens, heads, head_dim] with rows (token, head) `*_stride` elements
+/// apart; out may be x itself (in place). Angles are computed in f32 as
+///   inv_freq = powf(theta, -(float)(2i) / (float)rotary_dims) * freq_scale
+///              [/ freq_factors[i]];   angle = (float)p * inv_freq.
+/// freq_factors is null when absent.
+/// Work: one block per token (all heads share that token's angles): CPU one token per
+/// block; CUDA grid.x = tokens, threads over (head, pair), blockDim a multiple of 32.
+struct RopeArgs {
+  const void* x;
+  void* out;
+  const int32_t* positions;
+  const float* freq_factors;
+  int64_t tokens;
+  int64_t heads;
+  int64_t head_dim;
+  int64_t x_stride;
+  int64_t out_stride;
+  int32_t rotary_dims;
+  float theta;
+  float freq_scale;
+};
+
+}  // namespace onepass::ops

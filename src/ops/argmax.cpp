@@ -1,0 +1,32 @@
+// GraphSession::argmax.
+#include "onepass/ops/argmax.h"
+
+#include "onepass/exec/graph_session.h"
+#include "op_common.h"
+
+namespace onepass {
+
+void GraphSession::argmax(const TensorView& x, const TensorView& out) {
+  using namespace ops::detail;
+  const char* op = "argmax";
+  require_data(x, op, "x");
+  require_data(out, op, "out");
+  require_float(x, op, "x");
+  require_dtype(out, DType::i32, op, "out");
+  check(x.cols() > 0, op, "x has no columns");
+  check(out.numel() == x.rows() && out.contiguous(), op, "out has shape ", out.shape.str(),
+        ", expected ", x.rows(), " contiguous values (one per row of x ", x.shape.str(), ")");
+  check(x.cols() <= 0x7fffffff, op, "x has ", x.cols(), " columns, more than an i32 index holds");
+  ops::ArgmaxArgs args{};
+  args.x = x.data();
+  args.out = static_cast<int32_t*>(out.data());
+  args.rows = x.rows();
+  args.cols = x.cols();
+  args.x_stride = element_stride(x, op, "x");
+  const Kernel& k = backend().registry().get(kernel_name(op, x.dtype));
+  Dispatch d(k, row_dims(backend(), args.rows, args.cols), args, OpKind::argmax, op);
+  d.read(x).write(out);
+  dispatch(std::move(d));
+}
+
+}  // namespace onepass

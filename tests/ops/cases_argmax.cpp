@@ -1,0 +1,110 @@
+// Op cases: argmax (random rows, explicit ties, NaN and infinities).
+#include <cmath>
+#include <limits>
+
+#include "support/op_harness.h"
+
+namespace onepass::testing {
+namespace {
+
+// Lowest index of the largest non-NaN value; 0 when the row is all NaN.
+std::vector<int32_t> argmax_reference(const std::vector<double>& x, int64_t rows, int64_t cols) {
+  std::vector<int32_t> out(static_cast<size_t>(rows), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t best = -1;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = x[r * cols + c];
+      if (std::isnan(v)) continue;
+      if (best < 0 || v > x[r * cols + best]) best = c;
+    }
+    out[static_cast<size_t>(r)] = static_cast<int32_t>(best < 0 ? 0 : best);
+  }
+  return out;
+}
+
+// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
+template <typename F>
+void expect_op_error(const char* op, F&& emit) {
+  GraphExecutor executor(cpu_backend());
+  GraphSession session = executor.begin();
+  try {
+    emit(session, executor.backend());
+    ADD_FAILURE() << "expected an error from " << op;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), op) << e.what();
+  }
+}
+
+}  // namespace
+
+ONEPASS_OP_CASES(argmax) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {1, 32001}, {7, 333}, {3, 4097}, {130, 31}};
+  for (DType t : kFloatTypes) {
+    for (auto [rows, cols] : shapes) {
+      // f16 / bf16 rounding makes ties common in long rows: lowest index must win.
+      cases.push_back({cat("argmax/", dtype_name(t), "/", rows, "x", cols), [=](OpContext& c) {
+        TensorView x = c.random_input(t, {rows, cols}, -10.0f, 10.0f);
+        TensorView out = c.output(DType::i32, {rows});
+        c.session().argmax(x, out);
+        c.run();
+        c.expect_i32(out, argmax_reference(c.host(x), rows, cols));
+      }});
+    }
+    cases.push_back({cat("argmax/", dtype_name(t), "/strided_9x77"), [=](OpContext& c) {
+      TensorView x = c.random_input_strided(t, {9, 77}, 5, -10.0f, 10.0f);
+      TensorView out = c.output(DType::i32, {9});
+      c.session().argmax(x, out);
+      c.run();
+      c.expect_i32(out, argmax_reference(c.host(x), 9, 77));
+    }});
+    cases.push_back({cat("argmax/", dtype_name(t), "/ties_nan_inf"), [=](OpContext& c) {
+      constexpr int64_t kCols = 37;  // not a multiple of 8 lanes or a warp
+      constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      std::vector<std::vector<float>> rows;
+      auto row = [&](float fill) { return std::vector<float>(kCols, fill); };
+      rows.push_back(row(0.5f));                               // all equal -> 0
+      rows.push_back(row(-1.0f));                              // ties at 5, 17, 30 -> 5
+      rows.back()[5] = rows.back()[17] = rows.back()[30] = 2.0f;
+      rows.push_back(row(-1.0f));                              // ties in other lanes: 13, 6 -> 6
+      rows.back()[13] = rows.back()[6] = 3.0f;
+      rows.push_back(row(0.0f));                               // NaN first, max at 3 -> 3
+      rows.back()[0] = kNan;
+      rows.back()[3] = 1.0f;
+      rows.push_back(row(kNan));                               // all NaN -> 0
+      rows.push_back(row(kNan));                               // only -inf is a number -> 1
+      rows.back()[1] = -kInf;
+      rows.push_back(row(-kInf));                              // all -inf -> 0
+      rows.push_back(row(1.0f));                               // +inf twice -> 9
+      rows.back()[9] = rows.back()[20] = kInf;
+      rows.push_back(row(kNan));                               // max in the tail -> 36
+      rows.back()[2] = 1.0f;
+      rows.back()[36] = 4.0f;
+      rows.push_back(row(-3.0f));                              // NaNs around ties -> 8
+      rows.back()[7] = kNan;
+      rows.back()[8] = rows.back()[16] = rows.back()[24] = -2.0f;
+      std::vector<float> values;
+      for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
+      const auto n = static_cast<int64_t>(rows.size());
+      TensorView x = c.input_from(t, {n, kCols}, values);
+      TensorView out = c.output(DType::i32, {n});
+      c.session().argmax(x, out);
+      c.run();
+      const std::vector<int32_t> expected = {0, 5, 6, 3, 0, 1, 0, 9, 36, 8};
+      ASSERT_EQ(argmax_reference(c.host(x), n, kCols), expected);  // the reference agrees
+      c.expect_i32(out, expected);
+    }});
+  }
+}
+
+TEST(ArgmaxValidation, RejectsBadArguments) {
+  expect_op_error("argmax", [](GraphSession& s, Backend& b) {
+    s.argmax(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {3}));
+  });
+  expect_op_error("argmax", [](GraphSession& s, Backend& b) {
+    s.argmax(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::i32, {2}));
+  });
+}
+
+}  // namespace onepass::testing

@@ -1,0 +1,320 @@
+// Op cases: sdpa (causal grouped-query prefill over a KV cache) and flash_decode (one
+// query token, split over the KV range and merged). Plus a replay test: a recorded
+// flash_decode graph follows kv_length as it changes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "onepass/exec/captured_graph.h"
+#include "onepass/ops/attention.h"
+#include "support/op_harness.h"
+
+namespace onepass::testing {
+namespace {
+
+struct HeadConfig {
+  int32_t n_head;
+  int32_t n_kv_head;  // ratios 1, 3 and 8
+  const char* name;
+};
+constexpr HeadConfig kHeadConfigs[] = {{4, 4, "4h4kv"}, {6, 2, "6h2kv"}, {8, 1, "8h1kv"}};
+constexpr int32_t kHeadDims[] = {64, 128, 80};
+
+ops::AttentionParams attention_params(const HeadConfig& h, int32_t head_dim) {
+  ops::AttentionParams p;
+  p.n_head = h.n_head;
+  p.n_kv_head = h.n_kv_head;
+  p.head_dim = head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return p;
+}
+
+// A cache [n_kv_head, ctx, head_dim] whose positions from `valid` on hold NaN: no
+// kernel may let a key or value it should not see into the result.
+TensorView make_cache(OpContext& c, DType t, int64_t n_kv_head, int64_t ctx, int64_t head_dim,
+                      int64_t valid) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(n_kv_head * ctx * head_dim));
+  for (int64_t h = 0; h < n_kv_head; ++h) {
+    for (int64_t p = 0; p < ctx; ++p) {
+      for (int64_t d = 0; d < head_dim; ++d) {
+        values[static_cast<size_t>((h * ctx + p) * head_dim + d)] =
+            p < valid ? dist(c.rng()) : std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  }
+  return c.input_from(t, {n_kv_head, ctx, head_dim}, values);
+}
+
+// out for one query row q (head_dim values) of head `head` over keys [0, count).
+void attend_reference(const double* q, const std::vector<double>& k, const std::vector<double>& v,
+                      int64_t ctx, int64_t head_dim, int64_t kv_head, int64_t count, double scale,
+                      double* out) {
+  std::fill(out, out + head_dim, 0.0);
+  if (count <= 0) return;
+  std::vector<double> s(static_cast<size_t>(count));
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < count; ++j) {
+    const double* key = &k[static_cast<size_t>((kv_head * ctx + j) * head_dim)];
+    double dot = 0;
+    for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * key[d];
+    s[static_cast<size_t>(j)] = dot * scale;
+    max = std::max(max, dot * scale);
+  }
+  double sum = 0;
+  for (double& x : s) sum += (x = std::exp(x - max));
+  for (int64_t j = 0; j < count; ++j) {
+    const double* value = &v[static_cast<size_t>((kv_head * ctx + j) * head_dim)];
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += s[static_cast<size_t>(j)] / sum * value[d];
+  }
+}
+
+// f32 scores, softmax and weighted sums; the caches hold exactly the values the reference
+// reads. A worst-case bound (n * 2^-24 for a sum of n terms) would be ~1e-4 at 4097 keys,
+// as large as the effect of dropping one key, so the bound is statistical instead: the
+// dominant error is the f32 dot product behind each score (head_dim terms of random sign,
+// |q_i k_i| <= 3: ~sqrt(head_dim) * 3 * 2^-24 before the 1/sqrt(head_dim) scale, under
+// 3e-7 in the weights); the weighted sums of values in [-1, 1] add less (the weights sum
+// to 1). Measured errors stay below 3e-7 at every length; atol 2e-6 leaves ~10x margin
+// for other summation orders (GPU trees, online rescaling) and sits ~50x below the change
+// one missing key makes at 4097 keys.
+Tolerance attention_tolerance() { return {2e-6, 1e-5}; }
+
+struct SdpaCase {
+  HeadConfig heads;
+  int32_t head_dim;
+  int64_t tokens;
+  int64_t ctx;
+  std::vector<int32_t> positions;
+  DType cache_type;
+};
+
+void run_sdpa(OpContext& c, const SdpaCase& sc) {
+  const ops::AttentionParams p = attention_params(sc.heads, sc.head_dim);
+  const int64_t hd = sc.head_dim;
+  const int32_t max_pos = *std::max_element(sc.positions.begin(), sc.positions.end());
+  const int64_t valid = std::min<int64_t>(sc.ctx, max_pos + 1);
+  TensorView q = c.random_input(DType::f32, {sc.tokens, p.n_head, hd}, -3.0f, 3.0f);
+  TensorView k = make_cache(c, sc.cache_type, p.n_kv_head, sc.ctx, hd, valid);
+  TensorView v = make_cache(c, sc.cache_type, p.n_kv_head, sc.ctx, hd, valid);
+  TensorView positions = c.input_i32({sc.tokens}, sc.positions);
+  TensorView out = c.output(DType::f32, {sc.tokens, p.n_head, hd});
+  c.session().sdpa(q, k, v, positions, out, p);
+  c.run();
+  std::vector<double> ref(static_cast<size_t>(sc.tokens * p.n_head * hd));
+  const int64_t group = p.n_head / p.n_kv_head;
+  for (int64_t t = 0; t < sc.tokens; ++t) {
+    const int64_t pos = sc.positions[static_cast<size_t>(t)];
+    const int64_t count = pos < 0 ? 0 : std::min(pos, sc.ctx - 1) + 1;
+    for (int64_t h = 0; h < p.n_head; ++h) {
+      const size_t row = static_cast<size_t>((t * p.n_head + h) * hd);
+      attend_reference(&c.host(q)[row], c.host(k), c.host(v), sc.ctx, hd, h / group, count, p.scale,
+                       &ref[row]);
+    }
+  }
+  c.expect_near(out, ref, attention_tolerance());
+}
+
+// Fills `ref` with the expected flash_decode output for kv_length `length`.
+std::vector<double> flash_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                    const std::vector<double>& v, const ops::AttentionParams& p,
+                                    int64_t ctx, int64_t length) {
+  const int64_t hd = p.head_dim;
+  const int64_t count = std::clamp<int64_t>(length, 0, ctx);
+  std::vector<double> ref(static_cast<size_t>(p.n_head * hd));
+  for (int64_t h = 0; h < p.n_head; ++h) {
+    attend_reference(&q[static_cast<size_t>(h * hd)], k, v, ctx, hd, h / (p.n_head / p.n_kv_head),
+                     count, p.scale, &ref[static_cast<size_t>(h * hd)]);
+  }
+  return ref;
+}
+
+void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, int64_t ctx,
+                      int32_t kv_length, DType cache_type) {
+  const ops::AttentionParams p = attention_params(heads, head_dim);
+  const int64_t valid = std::clamp<int64_t>(kv_length, 0, ctx);
+  TensorView q = c.random_input(DType::f32, {p.n_head, head_dim}, -3.0f, 3.0f);
+  TensorView k = make_cache(c, cache_type, p.n_kv_head, ctx, head_dim, valid);
+  TensorView v = make_cache(c, cache_type, p.n_kv_head, ctx, head_dim, valid);
+  TensorView length = c.input_i32({1}, {kv_length});
+  TensorView out = c.output(DType::f32, {p.n_head, head_dim});
+  // Poisoned scratch: empty partials must never be read.
+  BufferView scratch = c.scratch(ops::flash_decode_scratch_bytes(p.n_head, ctx, head_dim));
+  c.session().flash_decode(q, k, v, length, out, scratch, p);
+  c.run();
+  c.expect_near(out, flash_reference(c.host(q), c.host(k), c.host(v), p, ctx, kv_length),
+                attention_tolerance());
+}
+
+// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
+template <typename F>
+void expect_op_error(const char* op, F&& emit) {
+  GraphExecutor executor(cpu_backend());
+  GraphSession session = executor.begin();
+  try {
+    emit(session, executor.backend());
+    ADD_FAILURE() << "expected an error from " << op;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), op) << e.what();
+  }
+}
+
+}  // namespace
+
+ONEPASS_OP_CASES(attention) {
+  for (DType cache_type : {DType::f16, DType::f32}) {
+    const std::string ct(dtype_name(cache_type));
+    for (const HeadConfig& heads : kHeadConfigs) {
+      for (int32_t hd : kHeadDims) {
+        // KV lengths 1, 7 (a second, empty chunk) and 4097 (17 chunks, one key in the last).
+        for (auto [kv_length, ctx] : {std::pair{1, 5}, std::pair{7, 300}, std::pair{4097, 4100}}) {
+          cases.push_back(
+              {cat("flash_decode/", ct, "/", heads.name, "_hd", hd, "/kv", kv_length, "_ctx", ctx),
+               [=](OpContext& c) { run_flash_decode(c, heads, hd, ctx, kv_length, cache_type); }});
+        }
+      }
+      // Prefill: T queries at positions p0..p0+T-1, for every head configuration with one
+      // head size each (all three sizes are covered across the configurations).
+      const int32_t hd = kHeadDims[&heads - kHeadConfigs];
+      for (int64_t tokens : {1, 5, 33}) {
+        for (int32_t p0 : {0, 17}) {
+          std::vector<int32_t> positions(static_cast<size_t>(tokens));
+          for (int64_t t = 0; t < tokens; ++t) {
+            positions[static_cast<size_t>(t)] = p0 + static_cast<int32_t>(t);
+          }
+          const int64_t ctx = p0 + tokens + 3;  // a few unwritten (NaN) positions after
+          const SdpaCase sc{heads, hd, tokens, ctx, positions, cache_type};
+          cases.push_back({cat("sdpa/", ct, "/", heads.name, "_hd", hd, "/T", tokens, "_p", p0),
+                           [=](OpContext& c) { run_sdpa(c, sc); }});
+        }
+      }
+    }
+  }
+  // Edge cases: other head sizes for prefill, bf16 caches, clamping and empty ranges.
+  for (int32_t hd : kHeadDims) {
+    std::vector<int32_t> positions(5);
+    for (int32_t t = 0; t < 5; ++t) positions[static_cast<size_t>(t)] = 17 + t;
+    const SdpaCase sc{kHeadConfigs[1], hd, 5, 25, positions, DType::f16};
+    cases.push_back(
+        {cat("sdpa/f16/6h2kv_hd", hd, "/T5_p17_ctx25"), [=](OpContext& c) { run_sdpa(c, sc); }});
+  }
+  cases.push_back({"sdpa/bf16/6h2kv_hd64/T5_p17", [](OpContext& c) {
+    run_sdpa(c, {kHeadConfigs[1], 64, 5, 25, {17, 18, 19, 20, 21}, DType::bf16});
+  }});
+  // Long prefixes: several 256-key tiles of the online softmax, counts ending exactly at
+  // and just past a tile boundary.
+  cases.push_back({"sdpa/f16/6h2kv_hd128/T5_p600", [](OpContext& c) {
+    run_sdpa(c, {kHeadConfigs[1], 128, 5, 700, {600, 601, 602, 603, 604}, DType::f16});
+  }});
+  cases.push_back({"sdpa/f32/8h1kv_hd80/tile_edges", [](OpContext& c) {
+    run_sdpa(c, {kHeadConfigs[2], 80, 4, 1100, {1000, 255, 511, 256}, DType::f32});
+  }});
+  // Positions past the cache clamp to ctx - 1; a negative one sees nothing (zeros);
+  // positions need not be sorted.
+  cases.push_back({"sdpa/f16/4h4kv_hd64/clamp_and_negative", [](OpContext& c) {
+    run_sdpa(c, {kHeadConfigs[0], 64, 4, 20, {19, 500, -3, 6}, DType::f16});
+  }});
+  cases.push_back({"flash_decode/bf16/6h2kv_hd80/kv300_ctx513", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[1], 80, 513, 300, DType::bf16);
+  }});
+  cases.push_back({"flash_decode/f16/6h2kv_hd64/kv256_ctx512", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[1], 64, 512, 256, DType::f16);  // exactly one full chunk
+  }});
+  cases.push_back({"flash_decode/f16/8h1kv_hd64/kv0", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[2], 64, 300, 0, DType::f16);  // no key: zeros
+  }});
+  cases.push_back({"flash_decode/f16/8h1kv_hd64/kv_negative", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[2], 64, 300, -5, DType::f16);  // clamps to 0
+  }});
+  cases.push_back({"flash_decode/f32/4h4kv_hd80/kv_past_ctx", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[0], 80, 600, 100000, DType::f32);  // clamps to ctx
+  }});
+}
+
+// A recorded flash_decode graph reads kv_length at run time: replaying it after the
+// length grows (and shrinks) gives the new answer without re-recording.
+TEST(FlashDecode, ReplayFollowsKvLength) {
+  auto backend = cpu_backend();
+  const ops::AttentionParams p = attention_params(kHeadConfigs[1], 64);
+  constexpr int64_t kCtx = 700;
+  const int64_t hd = p.head_dim;
+  auto upload = [&](DType t, Shape shape, uint64_t seed) {
+    TensorView view = backend->alloc_tensor(t, shape);
+    std::vector<float> values =
+        random_floats(static_cast<size_t>(shape.numel()), seed, -1.0f, 1.0f);
+    upload_floats(view, values);
+    std::vector<double> host(values.size());
+    for (size_t i = 0; i < values.size(); ++i) host[i] = round_to(t, values[i]);
+    return std::pair{view, host};
+  };
+  const auto [q, q_host] = upload(DType::f32, {p.n_head, hd}, 1);
+  const auto [k, k_host] = upload(DType::f16, {p.n_kv_head, kCtx, hd}, 2);
+  const auto [v, v_host] = upload(DType::f16, {p.n_kv_head, kCtx, hd}, 3);
+  TensorView length = backend->alloc_tensor(DType::i32, {1});
+  TensorView out = backend->alloc_tensor(DType::f32, {p.n_head, hd});
+  BufferView scratch = backend->alloc(ops::flash_decode_scratch_bytes(p.n_head, kCtx, hd));
+
+  GraphExecutor executor(backend);
+  GraphSession session = executor.begin_recorded();
+  session.flash_decode(q, k, v, length, out, scratch, p);
+  CapturedGraph graph(*backend, session.take_graph());
+  for (int32_t kv_length : {5, 300, 700, 1}) {
+    length.view.write(std::vector<int32_t>{kv_length});
+    graph.run();
+    const std::vector<float> actual = download_floats(out);
+    const std::vector<double> expected =
+        flash_reference(q_host, k_host, v_host, p, kCtx, kv_length);
+    const Tolerance tol = attention_tolerance();
+    EXPECT_LE(max_scaled_error(actual, expected, tol.atol, tol.rtol), 1.0)
+        << "kv_length " << kv_length;
+  }
+}
+
+TEST(AttentionValidation, RejectsBadArguments) {
+  // A valid flash_decode call with one thing changed at a time.
+  struct Setup {
+    DType q_type = DType::f32;
+    DType v_type = DType::f16;
+    int32_t n_kv_head = 2;
+    int64_t kv_length_values = 1;
+    float scale = 0.125f;
+    size_t scratch_less = 0;
+    int32_t head_dim = 64;
+  };
+  auto flash = [](Setup u) {
+    return [=](GraphSession& s, Backend& b) {
+      ops::AttentionParams p;
+      p.n_head = 6;
+      p.n_kv_head = u.n_kv_head;
+      p.head_dim = u.head_dim;
+      p.scale = u.scale;
+      const size_t scratch = ops::flash_decode_scratch_bytes(6, 300, 64) - u.scratch_less;
+      s.flash_decode(b.alloc_tensor(u.q_type, {6, 64}), b.alloc_tensor(DType::f16, {2, 300, 64}),
+                     b.alloc_tensor(u.v_type, {2, 300, 64}),
+                     b.alloc_tensor(DType::i32, {u.kv_length_values}),
+                     b.alloc_tensor(DType::f32, {6, 64}), b.alloc(scratch), p);
+    };
+  };
+  expect_op_error("flash_decode", flash({.n_kv_head = 4}));         // 6 % 4 != 0
+  expect_op_error("flash_decode", flash({.n_kv_head = 3}));         // cache has 2 heads
+  expect_op_error("flash_decode", flash({.q_type = DType::f16}));   // q is f32
+  expect_op_error("flash_decode", flash({.v_type = DType::f32}));   // k, v types differ
+  expect_op_error("flash_decode", flash({.kv_length_values = 2}));  // one length
+  expect_op_error("flash_decode", flash({.scale = 0.0f}));          // scale unset
+  expect_op_error("flash_decode", flash({.scratch_less = 4}));      // scratch too small
+  expect_op_error("flash_decode", flash({.head_dim = 80}));         // shapes say 64
+  expect_op_error("sdpa", [](GraphSession& s, Backend& b) {         // positions per token
+    ops::AttentionParams p{0.125f, 4, 4, 64};
+    s.sdpa(b.alloc_tensor(DType::f32, {5, 4, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),
+           b.alloc_tensor(DType::f16, {4, 40, 64}), b.alloc_tensor(DType::i32, {4}),
+           b.alloc_tensor(DType::f32, {5, 4, 64}), p);
+  });
+  expect_op_error("sdpa", [](GraphSession& s, Backend& b) {         // q heads
+    ops::AttentionParams p{0.125f, 4, 4, 64};
+    s.sdpa(b.alloc_tensor(DType::f32, {5, 8, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),
+           b.alloc_tensor(DType::f16, {4, 40, 64}), b.alloc_tensor(DType::i32, {5}),
+           b.alloc_tensor(DType::f32, {5, 8, 64}), p);
+  });
+}
+
+}  // namespace onepass::testing
