@@ -1,0 +1,348 @@
+// Tokenizer front end: vocabulary validation, special-token matching, BOS/EOS, decoding and
+// the streaming detokenizer. The model-specific merging lives in tokenizer_{bpe,spm}.cpp.
+#include "onepass/model/tokenizer.h"
+
+#include <algorithm>
+#include <array>
+
+#include "model/tokenizer_internal.h"
+#include "model/unicode.h"
+#include "onepass/core/error.h"
+
+namespace onepass {
+
+using tokenizer_detail::TokenMap;
+
+namespace tokenizer_detail {
+
+int parse_byte_token(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(text[3]), lo = hex(text[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+}  // namespace tokenizer_detail
+
+namespace {
+
+constexpr std::string_view kWhere = "tokenizer";
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Names of end-of-turn tokens in common vocabularies, used when the file names no EOT.
+constexpr std::array<std::string_view, 5> kEndOfTurnNames = {"<|eot_id|>", "<|im_end|>", "<|end|>",
+                                                             "<end_of_turn>", "<EOT>"};
+// Control tokens that end generation besides EOS and the EOT.
+constexpr std::array<std::string_view, 7> kEndOfGenerationNames = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<EOT>", "<|eom_id|>", "<|endoftext|>"};
+
+// A special token that encode() recognises in text.
+struct SpecialToken {
+  std::string_view text;
+  int32_t id;
+  bool needs_parse_special;  // control/unknown tokens; user-defined ones always match
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  TokenizerData data;
+  bool byte_level = false;  // "gpt2" vs "llama"
+  TokenMap ids;
+  std::vector<TokenType> types;
+  std::vector<std::string> pieces;  // bytes each token decodes to (text tokens)
+  // Specials that start with each byte, longest first, for leftmost-longest matching.
+  std::array<std::vector<SpecialToken>, 256> specials_by_first_byte;
+  std::unique_ptr<tokenizer_detail::TextEncoder> encoder;
+  std::optional<int32_t> eot;
+  std::vector<int32_t> end_of_generation;
+
+  explicit Impl(TokenizerData in) : data(std::move(in)) {
+    validate();
+    build_tables();
+    const tokenizer_detail::VocabView view{data, ids, types};
+    encoder = byte_level ? tokenizer_detail::make_bpe_encoder(view)
+                         : tokenizer_detail::make_spm_encoder(view);
+  }
+
+  int32_t vocab_size() const { return static_cast<int32_t>(data.tokens.size()); }
+
+  void check_id(int32_t id, std::string_view what) const {
+    check(id >= -1 && id < vocab_size(), kWhere, what, " ", id, " is outside the vocabulary of ",
+          vocab_size(), " tokens");
+  }
+
+  void validate() {
+    check(data.model == "gpt2" || data.model == "llama", kWhere, "unknown tokenizer model '",
+          data.model,
+          "' (tokenizer.ggml.model); supported: gpt2 (byte-level BPE), llama (SentencePiece)");
+    byte_level = data.model == "gpt2";
+    check(!data.tokens.empty(), kWhere, "the vocabulary has no tokens");
+    check(data.tokens.size() < static_cast<size_t>(INT32_MAX), kWhere, "the vocabulary has ",
+          data.tokens.size(), " tokens, more than ids can address");
+    const size_t n = data.tokens.size();
+    check(data.scores.empty() || data.scores.size() == n, kWhere, "vocabulary has ", n,
+          " tokens but ", data.scores.size(), " scores");
+    check(data.token_types.empty() || data.token_types.size() == n, kWhere, "vocabulary has ", n,
+          " tokens but ", data.token_types.size(), " token types");
+    check(byte_level || !data.scores.empty(), kWhere,
+          "a SentencePiece (llama) vocabulary needs scores (tokenizer.ggml.scores)");
+    for (size_t i = 0; i < data.token_types.size(); ++i) {
+      check(data.token_types[i] >= 0 && data.token_types[i] <= 6, kWhere, "token ", i, " has type ",
+            data.token_types[i], ", expected 0..6");
+    }
+    check_id(data.bos_id, "BOS id");
+    check_id(data.eos_id, "EOS id");
+    check_id(data.unk_id, "unknown-token id");
+    check_id(data.pad_id, "padding id");
+    if (data.eot_id) check_id(*data.eot_id, "EOT id");
+    check(!data.add_bos || data.bos_id >= 0, kWhere, "add_bos is set but there is no BOS id");
+    check(!data.add_eos || data.eos_id >= 0, kWhere, "add_eos is set but there is no EOS id");
+  }
+
+  void build_tables() {
+    const size_t n = data.tokens.size();
+    ids.reserve(n);
+    types.resize(n);
+    pieces.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& text = data.tokens[i];
+      // Duplicates: the first id keeps the text, so encoding is stable.
+      ids.try_emplace(text, static_cast<int32_t>(i));
+      TokenType type = TokenType::kNormal;
+      if (!data.token_types.empty()) {
+        type = static_cast<TokenType>(data.token_types[i]);
+      } else if (!byte_level && tokenizer_detail::parse_byte_token(text) >= 0) {
+        type = TokenType::kByte;
+      }
+      types[i] = type;
+      pieces[i] = text_piece(text, type);
+    }
+
+    for (size_t i = 0; i < n; ++i) {
+      const TokenType type = types[i];
+      const bool special = type == TokenType::kControl || type == TokenType::kUserDefined ||
+                           type == TokenType::kUnknown;
+      const std::string_view text = data.tokens[i];
+      // A special must be non-empty valid UTF-8 to be found at a character boundary.
+      if (!special || text.empty() || unicode::find_invalid_utf8(text) != text.size()) continue;
+      if (ids.find(text)->second != static_cast<int32_t>(i)) continue;
+      specials_by_first_byte[static_cast<uint8_t>(text[0])].push_back(
+          {text, static_cast<int32_t>(i), type != TokenType::kUserDefined});
+    }
+    for (auto& list : specials_by_first_byte) {
+      std::stable_sort(list.begin(), list.end(), [](const SpecialToken& a, const SpecialToken& b) {
+        return a.text.size() > b.text.size();
+      });
+    }
+
+    eot = data.eot_id;
+    for (const std::string_view name : kEndOfTurnNames) {
+      if (eot) break;
+      const auto it = ids.find(name);
+      if (it != ids.end() && types[static_cast<size_t>(it->second)] == TokenType::kControl) {
+        eot = it->second;
+      }
+    }
+    auto add_end = [&](int32_t id) {
+      if (id >= 0 && std::find(end_of_generation.begin(), end_of_generation.end(), id) ==
+                         end_of_generation.end()) {
+        end_of_generation.push_back(id);
+      }
+    };
+    add_end(data.eos_id);
+    if (eot) add_end(*eot);
+    for (const std::string_view name : kEndOfGenerationNames) {
+      const auto it = ids.find(name);
+      if (it != ids.end() && types[static_cast<size_t>(it->second)] == TokenType::kControl) {
+        add_end(it->second);
+      }
+    }
+  }
+
+  // What a text-bearing token stands for; control-like tokens keep their raw text, which
+  // decode shows only when asked to.
+  std::string text_piece(const std::string& text, TokenType type) const {
+    switch (type) {
+      case TokenType::kNormal:
+      case TokenType::kUndefined:
+        if (byte_level) return unicode::byte_level_to_bytes(text);
+        {
+          std::string out;
+          out.reserve(text.size());
+          for (size_t pos = 0; pos < text.size();) {
+            if (text.compare(pos, 3, "\xE2\x96\x81") == 0) {
+              out += ' ';
+              pos += 3;
+            } else {
+              out += text[pos++];
+            }
+          }
+          return out;
+        }
+      case TokenType::kByte: {
+        const int byte = tokenizer_detail::parse_byte_token(text);
+        return byte >= 0 ? std::string(1, static_cast<char>(byte)) : text;
+      }
+      default:
+        return text;
+    }
+  }
+
+  const SpecialToken* match_special(std::string_view text, size_t pos, bool parse_special) const {
+    for (const SpecialToken& special : specials_by_first_byte[static_cast<uint8_t>(text[pos])]) {
+      if (special.needs_parse_special && !parse_special) continue;
+      if (text.compare(pos, special.text.size(), special.text) == 0) return &special;
+    }
+    return nullptr;
+  }
+
+  // Bytes `id` contributes to decoded text, and whether it is a special token (after which
+  // a SentencePiece encoder adds a space again).
+  std::string_view piece(int32_t id, bool render_special, bool* special) const {
+    check(id >= 0 && id < vocab_size(), kWhere, "token id ", id, " is outside the vocabulary of ",
+          vocab_size(), " tokens");
+    const auto index = static_cast<size_t>(id);
+    *special = false;
+    switch (types[index]) {
+      case TokenType::kControl:
+      case TokenType::kUnused:
+        *special = true;
+        return render_special ? std::string_view(pieces[index]) : std::string_view();
+      case TokenType::kUnknown:
+        *special = true;
+        return render_special ? std::string_view(pieces[index]) : kReplacement;
+      case TokenType::kUserDefined:
+        *special = true;
+        return pieces[index];
+      default:
+        return pieces[index];
+    }
+  }
+};
+
+Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>(std::move(data))) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
+  const size_t invalid = unicode::find_invalid_utf8(text);
+  check(invalid == text.size(), kWhere, "input is not valid UTF-8 (byte ", invalid, " of ",
+        text.size(), ")");
+  const Impl& impl = *impl_;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (options.add_special && impl.data.add_bos) out.push_back(impl.data.bos_id);
+
+  bool after_special = true;
+  size_t run_start = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const SpecialToken* special = impl.match_special(text, pos, options.parse_special);
+    if (special == nullptr) {
+      ++pos;
+      continue;
+    }
+    if (pos > run_start) {
+      impl.encoder->encode(text.substr(run_start, pos - run_start), after_special, out);
+    }
+    out.push_back(special->id);
+    after_special = true;
+    pos += special->text.size();
+    run_start = pos;
+  }
+  if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), after_special, out);
+
+  if (options.add_special && impl.data.add_eos) out.push_back(impl.data.eos_id);
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, DecodeOptions options) const {
+  Detokenizer detokenizer(*this, options);
+  std::string out;
+  for (const int32_t id : ids) out += detokenizer.push(id);
+  out += detokenizer.flush();
+  return out;
+}
+
+std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+  bool special = false;
+  return std::string(impl_->piece(id, render_special, &special));
+}
+
+std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
+  const auto it = impl_->ids.find(text);
+  if (it == impl_->ids.end()) return std::nullopt;
+  return it->second;
+}
+
+int32_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size();
+}
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  check(id >= 0 && id < vocab_size(), kWhere, "token id ", id, " is outside the vocabulary of ",
+        vocab_size(), " tokens");
+  return impl_->types[static_cast<size_t>(id)];
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  const auto& ends = impl_->end_of_generation;
+  return std::find(ends.begin(), ends.end(), id) != ends.end();
+}
+
+int32_t Tokenizer::bos_id() const {
+  return impl_->data.bos_id;
+}
+int32_t Tokenizer::eos_id() const {
+  return impl_->data.eos_id;
+}
+std::optional<int32_t> Tokenizer::eot_id() const {
+  return impl_->eot;
+}
+const TokenizerData& Tokenizer::data() const {
+  return impl_->data;
+}
+
+// ---------------------------------------------------------------------------------------
+// Detokenizer
+
+Detokenizer::Detokenizer(const Tokenizer& tokenizer, DecodeOptions options)
+    : tokenizer_(&tokenizer), options_(options) {}
+
+std::string Detokenizer::push(int32_t id) {
+  const Tokenizer::Impl& impl = *tokenizer_->impl_;
+  bool special = false;
+  std::string_view piece = impl.piece(id, options_.render_special, &special);
+  const bool strips = options_.strip_space_prefix && !impl.byte_level && impl.data.add_space_prefix;
+  if (special) {
+    // The encoder starts the text after a special token with a space again.
+    at_start_ = true;
+  } else if (at_start_) {
+    if (strips && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+    at_start_ = false;
+  }
+  pending_.append(piece);
+  std::string out;
+  unicode::drain_utf8(pending_, out, /*final=*/false);
+  return out;
+}
+
+std::string Detokenizer::flush() {
+  std::string out;
+  unicode::drain_utf8(pending_, out, /*final=*/true);
+  at_start_ = true;
+  return out;
+}
+
+void Detokenizer::reset() {
+  pending_.clear();
+  at_start_ = true;
+}
+
+}  // namespace onepass

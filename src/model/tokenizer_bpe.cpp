@@ -1,0 +1,214 @@
+// Byte-level BPE ("gpt2" vocabularies): regex pre-tokenizer, GPT-2 byte mapping, merges by
+// rank.
+#include <algorithm>
+#include <array>
+
+#include "model/tokenizer_internal.h"
+#include "model/unicode.h"
+#include "onepass/core/error.h"
+
+namespace onepass {
+namespace tokenizer_detail {
+namespace {
+
+// The GPT-2 split, also used by SmolLM2 after its digit split (HF ByteLevel's regex).
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen2: as Llama-3 but every digit on its own.
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kDigitPattern = R"(\p{N})";
+
+struct PreTokenizerSpec {
+  std::vector<std::string_view> names;
+  std::vector<const char*> patterns;  // applied one after the other, each splitting further
+  // Llama-3's HF config sets ignore_merges: a pre-token that is itself a token is taken
+  // whole, even where the merges would split it differently.
+  bool ignore_merges;
+};
+
+const std::vector<PreTokenizerSpec>& pre_tokenizer_specs() {
+  static const std::vector<PreTokenizerSpec> specs = {
+      {{"gpt2", "default"}, {kGpt2Pattern}, false},
+      {{"llama-bpe", "llama3"}, {kLlama3Pattern}, true},
+      {{"smollm"}, {kDigitPattern, kGpt2Pattern}, false},
+      {{"qwen2"}, {kQwen2Pattern}, false},
+  };
+  return specs;
+}
+
+struct MergeInfo {
+  int32_t rank;
+  int32_t result;
+};
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+class BpeEncoder final : public TextEncoder {
+ public:
+  explicit BpeEncoder(const VocabView& vocab) : ids_(vocab.ids) {
+    const std::string pre = vocab.data.pre.empty() ? "default" : vocab.data.pre;
+    const PreTokenizerSpec* spec = nullptr;
+    for (const PreTokenizerSpec& candidate : pre_tokenizer_specs()) {
+      for (const std::string_view name : candidate.names) {
+        if (name == pre) spec = &candidate;
+      }
+    }
+    if (spec == nullptr) {
+      std::string names;
+      for (const std::string& name : supported_pre_tokenizers()) {
+        names += names.empty() ? name : ", " + name;
+      }
+      fail("tokenizer", "unknown pre-tokenizer '", pre,
+           "' (tokenizer.ggml.pre); supported: ", names);
+    }
+    for (const char* pattern : spec->patterns)
+      regexes_.push_back(std::make_unique<unicode::Regex>(pattern));
+    ignore_merges_ = spec->ignore_merges;
+
+    const auto& byte_text = unicode::byte_to_unicode();
+    for (size_t b = 0; b < 256; ++b) {
+      const auto it = ids_.find(byte_text[b]);
+      byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+    }
+    unk_id_ = vocab.data.unk_id;
+
+    merges_.reserve(vocab.data.merges.size());
+    std::string joined;
+    for (size_t rank = 0; rank < vocab.data.merges.size(); ++rank) {
+      const std::string& merge = vocab.data.merges[rank];
+      // Split at the first space after the first character: byte-level tokens never hold a
+      // space, but a token of one space is possible in odd vocabularies.
+      const size_t space = merge.find(' ', 1);
+      check(space != std::string::npos, "tokenizer", "merge ", rank, " '", merge,
+            "' is not two tokens separated by a space");
+      const std::string_view left(merge.data(), space);
+      const std::string_view right = std::string_view(merge).substr(space + 1);
+      joined.assign(left).append(right);
+      const auto left_it = ids_.find(left), right_it = ids_.find(right);
+      const auto result_it = ids_.find(joined);
+      // A merge whose parts or result are not tokens can never produce a token; skipping it
+      // keeps files with such leftovers loadable.
+      if (left_it == ids_.end() || right_it == ids_.end() || result_it == ids_.end()) continue;
+      // The first (lowest-rank) occurrence of a pair wins.
+      merges_.try_emplace(pair_key(left_it->second, right_it->second),
+                          MergeInfo{static_cast<int32_t>(rank), result_it->second});
+    }
+  }
+
+  void encode(std::string_view text, bool /*after_special*/,
+              std::vector<int32_t>& out) const override {
+    std::vector<std::string_view> pieces = {text};
+    for (const auto& regex : regexes_) pieces = regex->split(pieces);
+    Scratch scratch;
+    for (const std::string_view piece : pieces) {
+      if (ignore_merges_) {
+        const auto it = ids_.find(unicode::bytes_to_byte_level(piece));
+        if (it != ids_.end()) {
+          out.push_back(it->second);
+          continue;
+        }
+      }
+      encode_piece(piece, scratch, out);
+    }
+  }
+
+ private:
+  struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+  };
+  struct Candidate {
+    int32_t rank;
+    int32_t left;  // symbol index; merged symbols keep the left index, so it orders by position
+    int32_t left_id;
+    int32_t right_id;
+    int32_t result;
+    // priority_queue pops the largest: make that the lowest rank, then the leftmost.
+    bool operator<(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : left > other.left;
+    }
+  };
+  struct Scratch {
+    std::vector<Symbol> symbols;
+    std::vector<Candidate> heap;
+  };
+
+  void push_candidate(Scratch& scratch, int32_t left) const {
+    const Symbol& a = scratch.symbols[static_cast<size_t>(left)];
+    if (a.next < 0) return;
+    const Symbol& b = scratch.symbols[static_cast<size_t>(a.next)];
+    const auto it = merges_.find(pair_key(a.id, b.id));
+    if (it == merges_.end()) return;
+    scratch.heap.push_back({it->second.rank, left, a.id, b.id, it->second.result});
+    std::push_heap(scratch.heap.begin(), scratch.heap.end());
+  }
+
+  // Repeatedly merges the adjacent pair of lowest rank (leftmost first), as the reference
+  // BPE does; the heap holds stale candidates that are dropped when popped.
+  void encode_piece(std::string_view piece, Scratch& scratch, std::vector<int32_t>& out) const {
+    auto& symbols = scratch.symbols;
+    auto& heap = scratch.heap;
+    symbols.clear();
+    heap.clear();
+    for (const char c : piece) {
+      int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+      if (id < 0) id = unk_id_;
+      if (id < 0) continue;  // no token for this byte and no <unk>: nothing can stand for it
+      const auto index = static_cast<int32_t>(symbols.size());
+      if (!symbols.empty()) symbols.back().next = index;
+      symbols.push_back({id, index - 1, -1});
+    }
+    if (symbols.empty()) return;
+    for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i)
+      push_candidate(scratch, i);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const Candidate top = heap.back();
+      heap.pop_back();
+      Symbol& left = symbols[static_cast<size_t>(top.left)];
+      if (left.id != top.left_id || left.next < 0) continue;
+      Symbol& right = symbols[static_cast<size_t>(left.next)];
+      if (right.id != top.right_id) continue;
+      left.id = top.result;
+      right.id = -1;
+      left.next = right.next;
+      if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = top.left;
+      if (left.prev >= 0) push_candidate(scratch, left.prev);
+      push_candidate(scratch, top.left);
+    }
+    for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) {
+      out.push_back(symbols[static_cast<size_t>(i)].id);
+    }
+  }
+
+  const TokenMap& ids_;
+  std::vector<std::unique_ptr<unicode::Regex>> regexes_;
+  bool ignore_merges_ = false;
+  std::array<int32_t, 256> byte_ids_{};
+  int32_t unk_id_ = -1;
+  std::unordered_map<uint64_t, MergeInfo> merges_;
+};
+
+}  // namespace
+
+std::unique_ptr<TextEncoder> make_bpe_encoder(const VocabView& vocab) {
+  return std::make_unique<BpeEncoder>(vocab);
+}
+
+}  // namespace tokenizer_detail
+
+std::vector<std::string> supported_pre_tokenizers() {
+  std::vector<std::string> names;
+  for (const auto& spec : tokenizer_detail::pre_tokenizer_specs()) {
+    for (const std::string_view name : spec.names) names.emplace_back(name);
+  }
+  return names;
+}
+
+}  // namespace onepass

@@ -1,0 +1,53 @@
+// The parts of the tokenizer shared between tokenizer.cpp and the two model sources
+// (internal header).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "onepass/model/tokenizer.h"
+
+namespace onepass::tokenizer_detail {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const noexcept {
+    return std::hash<std::string_view>{}(text);
+  }
+};
+
+/// Token text -> id, looked up with string_views (no temporary strings).
+using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+/// What both models see of the vocabulary.
+struct VocabView {
+  const TokenizerData& data;
+  const TokenMap& ids;
+  const std::vector<TokenType>& types;
+};
+
+/// The model half of encoding: turns one run of plain text (the text between special
+/// tokens) into ids.
+class TextEncoder {
+ public:
+  virtual ~TextEncoder() = default;
+  /// Appends the ids of `text` to `out`. `after_special` is true for the first run of an
+  /// input and for a run that follows a special token (SentencePiece adds a space there).
+  virtual void encode(std::string_view text, bool after_special,
+                      std::vector<int32_t>& out) const = 0;
+};
+
+/// Byte-level BPE with the pre-tokenizer named by data.pre (throws for an unknown one).
+std::unique_ptr<TextEncoder> make_bpe_encoder(const VocabView& vocab);
+/// SentencePiece score-driven merging with byte fallback.
+std::unique_ptr<TextEncoder> make_spm_encoder(const VocabView& vocab);
+
+/// "<0xNN>" -> NN, or -1 when `text` is not a byte token's text.
+int parse_byte_token(std::string_view text);
+
+}  // namespace onepass::tokenizer_detail

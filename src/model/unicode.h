@@ -1,0 +1,61 @@
+// UTF-8 helpers, the GPT-2 byte <-> unicode mapping and a PCRE2 regex splitter, shared by
+// the tokenizer sources (internal header).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace onepass::unicode {
+
+/// Appends the UTF-8 encoding of code point `cp` (must be a scalar value).
+void append_utf8(std::string& out, uint32_t cp);
+
+/// Length of the UTF-8 sequence that starts with `lead` (1..4), or 0 for a byte that cannot
+/// start one.
+size_t utf8_sequence_length(uint8_t lead);
+
+/// Offset of the first byte that is not part of valid UTF-8, or text.size() when all is.
+size_t find_invalid_utf8(std::string_view text);
+
+/// Moves the valid UTF-8 prefix of `pending` into `out`, each invalid subsequence replaced
+/// by U+FFFD. An incomplete but so-far valid sequence at the end stays in `pending`, unless
+/// `final`, when it becomes U+FFFD too.
+void drain_utf8(std::string& pending, std::string& out, bool final);
+
+/// GPT-2's reversible byte -> printable character map: printable Latin-1 bytes map to
+/// themselves, the other 68 bytes to U+0100.. in byte order.
+const std::array<std::string, 256>& byte_to_unicode();
+/// The inverse: code point -> byte, or -1.
+int byte_from_unicode(uint32_t cp);
+/// The 256 bytes in GPT-2 vocabulary order (printable ones first).
+const std::array<uint8_t, 256>& gpt2_byte_order();
+
+/// Byte-level text of raw bytes (each byte as its mapped character).
+std::string bytes_to_byte_level(std::string_view bytes);
+/// Raw bytes of byte-level text; characters outside the map are kept as UTF-8.
+std::string byte_level_to_bytes(std::string_view text);
+
+/// One compiled PCRE2 pattern (UTF + Unicode properties, JIT when available).
+class Regex {
+ public:
+  explicit Regex(std::string_view pattern);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  /// Splits every piece of `pieces` at the matches of this pattern: matches and the
+  /// unmatched gaps between them all become pieces, in order ("isolated" splitting).
+  /// The text must be valid UTF-8 (not re-checked).
+  std::vector<std::string_view> split(const std::vector<std::string_view>& pieces) const;
+
+ private:
+  struct Code;
+  std::unique_ptr<Code> code_;
+};
+
+}  // namespace onepass::unicode
