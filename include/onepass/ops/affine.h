@@ -1,0 +1,43 @@
+// MLX affine quantized matmul: out [M, N] = x [M, K] · wᵀ with w = scale * q + bias per
+// group of weights (format and host quantize/dequantize in ops/quant.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "onepass/core/dtype.h"
+
+namespace onepass::ops {
+
+/// Kernels mv_affine_q<bits>_g<group>_<S>_f32 and mm_affine_q<bits>_g<group>_<S>_f32 for
+/// bits 4, 8, group 32, 64, 128 and scale type S f16, bf16 (see affine_kernel_name).
+/// Launch shapes are those of MatmulArgs (ops/matmul.h): mv for M <= kMatmulMvMaxRows,
+///   CUDA mv: grid (ceil(N / kCudaMvRowsPerBlock)), block 128, one warp per output row,
+///            each lane taking whole u32 words of the row (8 or 4 values) and the group's
+///            scale and bias;
+///   CUDA mm: grid (ceil(N / 64), ceil(M / 64)), block 256, 64 x 64 tiles of out, the w
+///            tile dequantized into shared memory one group column at a time.
+///   CPU: as mv_*/mm_* (ops/matmul.h).
+/// f32 accumulation. The CPU kernels decode each weight (scale * q + bias, one FMA) and
+/// accumulate x·w; a kernel may instead form scale · Σ x·q + bias · Σ x per group (the
+/// op cases' tolerance allows for both).
+struct AffineMatmulArgs {
+  const float* x;      // [M, K], rows x_stride floats apart
+  const uint32_t* w;   // [N, K * bits / 32] packed, rows w_stride words apart
+  const void* scales;  // [N, K / group] f16 or bf16, rows scale_stride elements apart
+  const void* biases;  // [N, K / group], rows bias_stride elements apart
+  float* out;          // [M, N], rows out_stride floats apart
+  int64_t m;
+  int64_t n;
+  int64_t k;  // a multiple of the group size
+  int64_t x_stride;
+  int64_t w_stride;      // u32 words
+  int64_t scale_stride;  // elements
+  int64_t bias_stride;   // elements
+  int64_t out_stride;
+};
+
+/// "mv_affine_q4_g64_bf16_f32" and the like; `mv` selects the matrix-vector kernel.
+std::string affine_kernel_name(bool mv, const AffineFormat& format);
+
+}  // namespace onepass::ops

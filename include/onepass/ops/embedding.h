@@ -1,0 +1,24 @@
+// Embedding gather: out[t] = table[ids[t]], dequantized / converted to out's dtype.
+#pragma once
+
+#include <cstdint>
+
+namespace onepass::ops {
+
+/// Kernel embedding_<W>_<O>: table [vocab, dim] of weight type W (f32, f16, bf16 or a GGML
+/// block format, rows table_row_bytes apart), ids i32 [tokens], out [tokens, dim] of type
+/// O (f32, f16, bf16). An id outside [0, vocab) gives a row of zeros and reads nothing.
+/// Values are those of dequantize() (ops/quant.h), rounded once to O.
+/// CPU: one block per token. CUDA: grid (tokens), block (256) striding over the row.
+struct EmbeddingArgs {
+  const void* table;
+  const int32_t* ids;
+  void* out;
+  int64_t tokens;
+  int64_t vocab;
+  int64_t dim;
+  int64_t table_row_bytes;
+  int64_t out_stride;  // elements between rows of out
+};
+
+}  // namespace onepass::ops

@@ -1,0 +1,77 @@
+// Dense and GGML block-quantized matmul: out [M, N] = x [M, K] · wᵀ, w [N, K].
+// Argument structs are shared by the CPU and CUDA kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "onepass/exec/kernel.h"
+
+namespace onepass {
+enum class BackendKind : uint8_t;
+}
+
+namespace onepass::ops {
+
+/// Kernels (W = f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k):
+///   mv_<W>_f32  matrix-vector, M <= kMatmulMvMaxRows: every weight row is read once and
+///               dotted with all M rows of x.
+///               CUDA: grid (ceil(N / kCudaMvRowsPerBlock), 1, 1), block (128, 1, 1): one
+///               warp per output row n, its lanes striding over the row's blocks (a lane
+///               takes one quant block, or 8 values of a dense row, at a time) and keeping
+///               M partial sums; warp-shuffle reduction, lane 0 writes out[m, n].
+///               CPU: grid (ceil(N / kCpuMvRowsPerBlock)): a block computes its columns
+///               for all M rows, decoding each weight row once.
+///   mm_<W>_f32  matrix-matrix, larger M.
+///               CUDA: grid (ceil(N / kCudaMmTile), ceil(M / kCudaMmTile), 1), block
+///               (256, 1, 1): one block per 64 x 64 tile of out, looping over K in steps
+///               of one 256-value super-block (or 32-value block); each step stages the
+///               x tile and the dequantized w tile in shared memory.
+///               CPU: grid (ceil(N / kCpuMmRowsPerBlock), ceil(M / kCpuMmColsPerBlock)): a
+///               block dequantizes its weight rows to f32 once and runs a small GEMM.
+/// Both accumulate in f32. x and out are f32; w rows are K values of the weight type
+/// (whole blocks), w_row_bytes apart. Every output element is computed by exactly one
+/// block, so results do not depend on how blocks are spread over threads.
+struct MatmulArgs {
+  const float* x;       // [M, K], rows x_stride floats apart
+  const void* w;        // [N, K] in the kernel's weight type
+  float* out;           // [M, N], rows out_stride floats apart
+  int64_t m;            // rows of x and out
+  int64_t n;            // rows of w = columns of out
+  int64_t k;            // reduction length (whole blocks for the block formats)
+  int64_t x_stride;     // floats between rows of x (>= k)
+  int64_t w_row_bytes;  // bytes between rows of w (>= the bytes of K values)
+  int64_t out_stride;   // floats between rows of out (>= n)
+};
+
+/// The op uses mv_* up to this many rows of x, mm_* beyond.
+inline constexpr int64_t kMatmulMvMaxRows = 8;
+
+/// CPU launch shapes: mv blocks own this many output columns (weight rows); mm blocks a
+/// tile of kCpuMmRowsPerBlock weight rows x kCpuMmColsPerBlock rows of x.
+inline constexpr int64_t kCpuMvRowsPerBlock = 16;
+inline constexpr int64_t kCpuMmRowsPerBlock = 16;
+inline constexpr int64_t kCpuMmColsPerBlock = 64;
+
+/// CUDA launch shapes (see MatmulArgs).
+inline constexpr int64_t kCudaMvRowsPerBlock = 4;
+inline constexpr int64_t kCudaMmTile = 64;
+
+/// Launch shape of mv_* (mv) or mm_* for M rows of x and N weight rows on a backend, as
+/// documented at MatmulArgs; the MLX affine kernels use the same shapes.
+LaunchDims matmul_launch_dims(BackendKind backend, bool mv, int64_t m, int64_t n);
+
+/// CUDA mv kernels as implemented (src/backends/cuda/kernels/matmul.cu): 4 warps per
+/// block, each warp two weight rows at a time, a persistent grid of at most
+/// kCudaMvBlocksPerSm blocks per SM looping over row pairs. x is staged in dynamic shared
+/// memory once per block: for the block formats quantized to int8 per 32 values (1.5 bytes
+/// per value: the int8 values and a 16-byte record per group), for dense weights as f32.
+inline constexpr int64_t kCudaMvBlocksPerSm = 8;
+inline constexpr int64_t kCudaMvSharedLimit = 100 * 1024;
+/// Dynamic shared memory of a CUDA mv launch.
+inline int64_t cuda_mv_shared_bytes(bool quantized, int64_t m, int64_t k) {
+  return quantized ? (m * k + 15) / 16 * 16 + m * (k / 32) * 16 : m * k * 4;
+}
+/// The CUDA mv launch for N weight rows on a device with `sms` multiprocessors.
+LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms);
+
+}  // namespace onepass::ops

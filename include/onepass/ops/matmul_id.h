@@ -1,0 +1,63 @@
+// Expert-routed matmul (MoE): out[t, s] = x[t] (or x[t, s]) · w[ids[t, s]]ᵀ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace onepass::ops {
+
+/// What GraphSession::matmul_id computes:
+///   x    f32 [T, K] shared by every slot of a token, or [T, S, K] (per_slot_input)
+///   w    [E, N, K] in any matmul weight type (ops/matmul.h)
+///   ids  i32 [T, S]: the expert of each (token, slot); ids outside [0, E) are allowed in
+///        device memory and give a zero output row (never an out-of-bounds read)
+///   out  f32 [T, S, N]
+struct MatmulIdParams {
+  int32_t n_experts = 0;        // E
+  int32_t slots = 0;            // S, experts used per token
+  bool per_slot_input = false;  // x is [T, S, K] rather than [T, K]
+};
+
+/// One argument struct for the three kernels of the op:
+///   matmul_id_group  (mm path, runs first) groups the T*S (token, slot) pairs by expert
+///       into `scratch`: int32 offsets[E + 2] then int32 pairs[T * S]. Pairs of expert e
+///       are pairs[offsets[e] .. offsets[e + 1]) in ascending pair index (t * S + s);
+///       pairs with an id outside [0, E) come last, in [offsets[E], offsets[E + 1]).
+///       CPU and CUDA: grid (1), CUDA block (256): count, exclusive scan, stable scatter.
+///   mm_id_<W>_f32  (mm path) grid (ceil(N / R), E + 1, 1): block (x, e) computes
+///       columns [x R, x R + R) of every pair routed to expert e, dequantizing those R
+///       weight rows once; y == E writes zeros for the pairs with invalid ids.
+///       CPU: R = kCpuMmRowsPerBlock. CUDA: R = 64, block (256), looping over the
+///       expert's pairs in tiles of 64 as mm_<W>_f32 does over M.
+///   mv_id_<W>_f32  (one token) grid (ceil(N / R), S, T): block (x, s, t) computes columns
+///       [x R, x R + R) of pair (t, s), or zeros when ids[t, s] is out of range.
+///       CPU: R = kCpuMvRowsPerBlock. CUDA: R = kCudaMvRowsPerBlock, block (128), one warp
+///       per output column as mv_<W>_f32.
+struct MatmulIdArgs {
+  const float* x;
+  const void* w;
+  const int32_t* ids;
+  float* out;
+  int32_t* scratch;   // mm path only (matmul_id_scratch_bytes); null for mv
+  int64_t tokens;     // T
+  int64_t slots;      // S
+  int64_t n_experts;  // E
+  int64_t n;
+  int64_t k;
+  int64_t x_token_stride;    // floats between tokens of x
+  int64_t x_slot_stride;     // floats between slots of x; 0 when x is shared by the slots
+  int64_t w_expert_bytes;    // bytes between experts of w
+  int64_t w_row_bytes;       // bytes between rows of one expert
+  int64_t ids_stride;        // i32 elements between tokens of ids
+  int64_t out_token_stride;  // floats
+  int64_t out_slot_stride;   // floats
+};
+
+/// The op takes the mv path up to this many tokens.
+inline constexpr int64_t kMatmulIdMvMaxTokens = 1;
+
+/// Scratch bytes the mm path needs for T tokens, S slots, E experts (the mv path needs
+/// none; passing this many bytes is always enough).
+size_t matmul_id_scratch_bytes(int64_t tokens, int64_t slots, int64_t n_experts);
+
+}  // namespace onepass::ops

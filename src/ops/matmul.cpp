@@ -1,0 +1,99 @@
+// GraphSession::matmul: dense and GGML block-quantized out = x · wᵀ.
+#include "onepass/ops/matmul.h"
+
+#include <algorithm>
+
+#include "onepass/exec/graph_session.h"
+#include "onepass/ops/quant.h"
+#include "op_common.h"
+
+namespace onepass {
+namespace ops {
+
+LaunchDims matmul_launch_dims(BackendKind backend, bool mv, int64_t m, int64_t n) {
+  auto blocks = [](int64_t count, int64_t per_block) {
+    const int64_t b = std::max<int64_t>(1, (count + per_block - 1) / per_block);
+    check(b <= 0x7fffffff, "matmul", "launch of ", b, " blocks in one dimension is too large");
+    return static_cast<uint32_t>(b);
+  };
+  LaunchDims dims;
+  if (backend == BackendKind::cpu) {
+    if (mv) {
+      dims.grid.x = blocks(n, kCpuMvRowsPerBlock);
+    } else {
+      dims.grid.x = blocks(n, kCpuMmRowsPerBlock);
+      dims.grid.y = blocks(m, kCpuMmColsPerBlock);
+    }
+    return dims;
+  }
+  if (mv) {
+    dims.grid.x = blocks(n, kCudaMvRowsPerBlock);
+    dims.block.x = 128;
+  } else {
+    dims.grid.x = blocks(n, kCudaMmTile);
+    dims.grid.y = blocks(m, kCudaMmTile);
+    dims.block.x = 256;
+  }
+  return dims;
+}
+
+LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms) {
+  LaunchDims dims;
+  dims.block.x = 128;
+  const int64_t row_groups = (n + 7) / 8;  // 4 warps x 2 rows
+  dims.grid.x = static_cast<uint32_t>(std::clamp<int64_t>(row_groups, 1, std::max(1, sms) * kCudaMvBlocksPerSm));
+  dims.shared_bytes = static_cast<uint32_t>(cuda_mv_shared_bytes(quantized, m, k));
+  return dims;
+}
+
+}  // namespace ops
+
+void GraphSession::matmul(const TensorView& x, const TensorView& w, const TensorView& out) {
+  using namespace ops::detail;
+  const char* op = "matmul";
+  require_data(x, op, "x");
+  require_data(w, op, "w");
+  require_data(out, op, "out");
+  require_dtype(x, DType::f32, op, "x");
+  require_dtype(out, DType::f32, op, "out");
+  check(is_weight_type(w.dtype), op, "w has type ", dtype_name(w.dtype),
+        ", expected f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k or q6_k");
+  const int64_t k = w.cols();
+  const int64_t n = w.rows();
+  const int64_t m = x.rows();
+  check(k > 0, op, "w ", w.shape.str(), " has no columns");
+  check(x.cols() == k, op, "x ", x.shape.str(), " has ", x.cols(), " columns, expected K = ", k,
+        " to match w ", w.shape.str());
+  check(out.rows() == m && out.cols() == n, op, "out has shape ", out.shape.str(), ", expected [",
+        m, ", ", n, "] for x ", x.shape.str(), " and w ", w.shape.str());
+  if (!dtype_is_quantized(w.dtype)) {
+    const size_t elem = dtype_size(w.dtype);
+    check(w.row_stride % elem == 0 && w.view.address() % elem == 0, op,
+          "w rows must be aligned to its ", elem, "-byte elements");
+  }
+  ops::MatmulArgs args{};
+  args.x = static_cast<const float*>(x.data());
+  args.w = w.data();
+  args.out = static_cast<float*>(out.data());
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.x_stride = element_stride(x, op, "x");
+  args.w_row_bytes = static_cast<int64_t>(w.row_stride);
+  args.out_stride = element_stride(out, op, "out");
+  if (m == 0 || n == 0) return;
+  const bool quantized = dtype_is_quantized(w.dtype);
+  const bool cuda = !on_cpu(backend());
+  // CUDA mv stages x in shared memory: larger x goes to the matrix-matrix kernel.
+  const bool mv = m <= ops::kMatmulMvMaxRows &&
+                  (!cuda || ops::cuda_mv_shared_bytes(quantized, m, k) <= ops::kCudaMvSharedLimit);
+  const Kernel& kernel =
+      backend().registry().get(cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
+  const LaunchDims dims = cuda && mv ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)
+                                     : ops::matmul_launch_dims(backend().kind(), mv, m, n);
+  Dispatch d(kernel, dims, args, OpKind::matmul, op);
+  d.read(x).read(w).write(out);
+  dispatch(std::move(d));
+}
+
+}  // namespace onepass

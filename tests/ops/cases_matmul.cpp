@@ -1,0 +1,211 @@
+// Op cases: matmul (dense and GGML block formats), matrix-vector and matrix-matrix.
+//
+// Reference: float64 dot products of x with the dequantized weights (dequantize() is
+// checked bit for bit against gguf-py in tests/unit/quant_test.cpp), so what is left is
+// f32 rounding in the kernel: of each product, of each partial sum, and of the in-kernel
+// decode (scale * q + offset, possibly fused). Tolerance per output element:
+//
+//   atol = 4 · u · sqrt(K) · (‖m‖₂ + |Σ x·(w − o)| + |Σ x·o|),   u = 2^-24,
+//   m_k = |x_k| · (|w_k| + 2|o_k|),  o = the additive term of w's block (0 if none).
+//
+// Rounding errors of a sum act like independent errors of at most u times each running
+// sum S_j (Higham & Mary), so the total is about u·sqrt(Σ_j S_j²). Running sums of terms
+// of random sign grow like sqrt(j)·rms (covered by sqrt(K)·‖m‖₂), those of terms with a
+// common sign like j·mean (covered by sqrt(K)·|Σ|). Kernels may sum the scale part
+// Σ x·(w − o) and the offset part Σ x·o of q4_1, q4_k, q5_k and MLX affine weights
+// separately, hence both sums and the 2|o| in m. Measured worst case over all weight
+// types, M in {1, 3, 17} and K up to 8192: 0.6 of the bracket, so the factor 4 leaves a
+// wide margin while a wrong block scale or a dropped block is still far outside it.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "onepass/ops/matmul.h"
+#include "onepass/ops/quant.h"
+#include "support/op_harness.h"
+
+namespace onepass::testing {
+
+// Shared with cases_matmul_id.cpp and cases_embedding.cpp (declared there).
+namespace quant_cases {
+
+// A function rather than a global: case tables of other files are filled during static
+// initialisation.
+const std::vector<DType>& weight_types() {
+  static const std::vector<DType> types = {DType::f32,  DType::f16,  DType::bf16,
+                                           DType::q4_0, DType::q4_1, DType::q8_0,
+                                           DType::q4_k, DType::q5_k, DType::q6_k};
+  return types;
+}
+
+// Weights of `type` and shape [..., cols] (cols a multiple of the block size) in `values`
+// (the dequantized values, row-major) and `offsets` (the additive term of each value's
+// block: q4_1 m, q4_k/q5_k -dmin·min; 0 for the other types).
+// Block formats come from quantizing uniform [-1, 1] data, or with `random_bits` from
+// random bytes with small random f16 scales (every bit pattern of the quant fields).
+TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<double>& values,
+                        std::vector<double>& offsets, bool random_bits) {
+  const int64_t count = shape.numel();
+  offsets.assign(static_cast<size_t>(count), 0.0);
+  if (!dtype_is_quantized(type)) {
+    TensorView w = c.random_input(type, shape);
+    values = c.host(w);
+    return w;
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(shape.rows()) * dtype_bytes(type, shape.cols()));
+  if (random_bits) {
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(c.rng()());
+    std::uniform_real_distribution<float> magnitude(1e-3f, 0.05f);
+    const size_t block = dtype_size(type);
+    for (size_t b = 0; b < bytes.size(); b += block) {
+      std::vector<size_t> fields;
+      if (type == DType::q4_0 || type == DType::q8_0) fields = {0};
+      if (type == DType::q4_1 || type == DType::q4_k || type == DType::q5_k) fields = {0, 2};
+      if (type == DType::q6_k) fields = {208};
+      for (size_t f : fields) {
+        const float v = (c.rng()() & 1 ? 1.0f : -1.0f) * magnitude(c.rng());
+        const uint16_t h = f32_to_f16(v);
+        std::memcpy(&bytes[b + f], &h, 2);
+      }
+    }
+  } else {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> source(static_cast<size_t>(count));
+    for (float& v : source) v = dist(c.rng());
+    quantize(type, source.data(), count, bytes.data());
+  }
+  std::vector<float> decoded(static_cast<size_t>(count));
+  dequantize(type, bytes.data(), count, decoded.data());
+  values.assign(decoded.begin(), decoded.end());
+  if (type == DType::q4_1 || type == DType::q4_k || type == DType::q5_k) {
+    const int64_t elems = dtype_block_elems(type);
+    for (int64_t b = 0; b < count / elems; ++b) {
+      const uint8_t* block = bytes.data() + b * static_cast<int64_t>(dtype_size(type));
+      uint16_t half;
+      std::memcpy(&half, block + 2, 2);
+      for (int64_t j = 0; j < elems; ++j) {
+        float offset = f16_to_f32(half);
+        if (type != DType::q4_1) {
+          int sc = 0, mn = 0;
+          kquant_scale_min(block + 4, static_cast<int>(j / 32), sc, mn);
+          offset = -(offset * static_cast<float>(mn));
+        }
+        offsets[static_cast<size_t>(b * elems + j)] = offset;
+      }
+    }
+  }
+  return c.input_bytes(type, shape, bytes);
+}
+
+// out[i, j] = Σ_k x[i, k] · w[j, k] in float64, and in `atol` the tolerance of the
+// comment at the top of this file (the largest over all elements).
+//
+// With `int8_x` the kernel is the CUDA matrix-vector kernel for block formats, which
+// quantizes x to int8 per 32 values (d = amax / 127, as llama.cpp does) and applies the
+// formats' additive terms with exact sums of x: each activation is then off by at most
+// d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element (measured: well inside).
+std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
+                                     const std::vector<double>& offsets, int64_t m, int64_t n,
+                                     int64_t k, double& atol, bool int8_x) {
+  std::vector<double> out(static_cast<size_t>(m * n));
+  atol = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double scaled = 0, offset = 0, squares = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        const double xv = x[static_cast<size_t>(i * k + t)];
+        const size_t wi = static_cast<size_t>(j * k + t);
+        scaled += xv * (w[wi] - offsets[wi]);
+        offset += xv * offsets[wi];
+        const double term = std::fabs(xv) * (std::fabs(w[wi]) + 2 * std::fabs(offsets[wi]));
+        squares += term * term;
+      }
+      out[static_cast<size_t>(i * n + j)] = scaled + offset;
+      const double bracket = std::sqrt(squares) + std::fabs(scaled) + std::fabs(offset);
+      double quantization = 0;
+      if (int8_x) {
+        for (int64_t g = 0; g + 32 <= k; g += 32) {
+          double amax = 0, weight = 0;
+          for (int64_t t = g; t < g + 32; ++t) {
+            amax = std::max(amax, std::fabs(x[static_cast<size_t>(i * k + t)]));
+            weight += std::fabs(w[static_cast<size_t>(j * k + t)] - offsets[static_cast<size_t>(j * k + t)]);
+          }
+          quantization += amax / 127.0 / 2.0 * weight;
+        }
+      }
+      atol = std::max(atol, 4 * 0x1p-24 * std::sqrt(static_cast<double>(k)) * bracket + 1.01 * quantization);
+    }
+  }
+  return out;
+}
+
+}  // namespace quant_cases
+
+namespace {
+
+using namespace quant_cases;
+
+std::vector<int64_t> k_values(DType t) {
+  switch (dtype_block_elems(t)) {
+    case 32: return {64, 576, 1056};
+    case 256: return {256, 768, 2048};
+    default: return {1, 333, 1056};
+  }
+}
+
+void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t k, int64_t x_pad,
+              bool random_bits) {
+  const std::string name = cat("matmul/", dtype_name(t), "/m", m, "_n", n, "_k", k,
+                               x_pad ? "_xstrided" : "", random_bits ? "_randbits" : "");
+  cases.push_back({name, [=](OpContext& c) {
+    TensorView x = c.random_input_strided(DType::f32, {m, k}, x_pad);
+    std::vector<double> w_values, offsets;
+    TensorView w = weight_input(c, t, {n, k}, w_values, offsets, random_bits);
+    TensorView out = c.output(DType::f32, {m, n});
+    c.session().matmul(x, w, out);
+    c.run();
+    double atol = 0;
+    const bool int8_x = c.backend().kind() == BackendKind::cuda && dtype_is_quantized(t) && m <= ops::kMatmulMvMaxRows;
+    const std::vector<double> ref = matmul_reference(c.host(x), w_values, offsets, m, n, k, atol, int8_x);
+    c.expect_near(out, ref, Tolerance{atol, 0.0});
+  }});
+}
+
+}  // namespace
+
+ONEPASS_OP_CASES(matmul) {
+  for (DType t : weight_types()) {
+    for (int64_t m : {1, 3, 17}) {
+      for (int64_t n : {1, 7, 333}) {
+        // Every third shape reads x with padded rows.
+        for (int64_t k : k_values(t)) add_case(cases, t, m, n, k, n == 7 ? 5 : 0, false);
+      }
+    }
+    const int64_t k = std::max<int64_t>(dtype_block_elems(t) * 2, 96);
+    if (dtype_is_quantized(t)) {
+      add_case(cases, t, 2, 33, k, 0, true);   // mv
+      add_case(cases, t, 19, 33, k, 0, true);  // mm
+    }
+    add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
+  }
+  // Argument checks: wrong K, wrong out shape, unsupported weight type.
+  cases.push_back({"matmul/errors", [](OpContext& c) {
+    TensorView x = c.random_input(DType::f32, {2, 64});
+    std::vector<double> values, offsets;
+    TensorView w = weight_input(c, DType::q4_0, {5, 96}, values, offsets, false);
+    TensorView out = c.output(DType::f32, {2, 5});
+    EXPECT_THROW(c.session().matmul(x, w, out), Error);
+    TensorView w64 = weight_input(c, DType::q8_0, {5, 64}, values, offsets, false);
+    EXPECT_THROW(c.session().matmul(x, w64, c.output(DType::f32, {2, 6})), Error);
+    EXPECT_THROW(c.session().matmul(x, c.input_i32({5, 64}, std::vector<int32_t>(320)), out), Error);
+    try {
+      c.session().matmul(x, w, out);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "matmul");
+      EXPECT_NE(std::string(e.what()).find("expected K = 96"), std::string::npos) << e.what();
+    }
+    c.run();
+  }});
+}
+
+}  // namespace onepass::testing

@@ -1,0 +1,751 @@
+// Quantized formats: dequantize checked bit for bit against gguf-py (an independent
+// implementation of the GGUF formats), quantizers against gguf-py where it has them and
+// against stated error bounds, MLX affine packing, and the CPU row kernels (portable and
+// AVX2) against float64.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "onepass/exec/graph_session.h"
+#include "onepass/ops/matmul_id.h"
+#include "onepass/ops/quant.h"
+#include "support/testing.h"
+// White-box: the CPU row kernels, to test the portable path on machines with AVX2 too.
+#include "../../src/backends/cpu/kernels/quant_blocks.h"
+
+namespace onepass {
+namespace {
+
+constexpr DType kBlockTypes[] = {DType::q4_0, DType::q4_1, DType::q8_0,
+                                 DType::q4_k, DType::q5_k, DType::q6_k};
+constexpr DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1,
+                                  DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k};
+
+// --- gguf-py through tests/tools/gguf_quants.py ------------------------------------------
+
+std::string tool_path() {
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_quants.py")
+      .string();
+}
+
+int run_command(const std::string& command, std::string* output = nullptr) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::string text;
+  char chunk[256];
+  while (size_t got = std::fread(chunk, 1, sizeof(chunk), pipe)) text.append(chunk, got);
+  const int status = pclose(pipe);
+  if (output) *output = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool gguf_available() {
+  static const bool available = std::filesystem::exists(tool_path()) &&
+                                run_command("python3 '" + tool_path() + "' check") == 0;
+  return available;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "onepass_quant_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw Error("test", "mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::string& path, const void* data, size_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Runs the tool in `mode` on `input` bytes; returns its output bytes.
+std::vector<uint8_t> gguf_tool(const std::string& mode, DType type,
+                               const std::vector<uint8_t>& input) {
+  TempDir dir;
+  write_file(dir.file("in"), input.data(), input.size());
+  std::string log;
+  const int rc = run_command(cat("python3 '", tool_path(), "' ", mode, " ", dtype_name(type), " '",
+                                 dir.file("in"), "' '", dir.file("out"), "'"),
+                             &log);
+  if (rc != 0) throw Error("test", cat("gguf_quants.py ", mode, " failed (", rc, "): ", log));
+  return read_file(dir.file("out"));
+}
+
+// --- data ----------------------------------------------------------------------------------
+
+// Any finite f16 bit pattern (subnormals and large values included).
+uint16_t random_finite_f16(std::mt19937_64& rng) {
+  for (;;) {
+    const auto bits = static_cast<uint16_t>(rng());
+    if (((bits >> 10) & 0x1f) != 0x1f) return bits;
+  }
+}
+
+// Offsets of the f16 fields of one block.
+std::vector<size_t> half_fields(DType t) {
+  switch (t) {
+    case DType::q4_0:
+    case DType::q8_0:
+      return {0};
+    case DType::q4_1:
+    case DType::q4_k:
+    case DType::q5_k:
+      return {0, 2};
+    case DType::q6_k:
+      return {208};
+    default:
+      return {};
+  }
+}
+
+// Blocks of random bytes with finite f16 scales: every bit pattern of the quant fields.
+std::vector<uint8_t> random_blocks(DType t, int64_t values, std::mt19937_64& rng) {
+  std::vector<uint8_t> bytes(dtype_bytes(t, values));
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  if (t == DType::f16 || t == DType::bf16) {  // no NaNs: their payloads are not the point
+    for (size_t i = 0; i < bytes.size(); i += 2) {
+      const uint16_t v =
+          t == DType::f16 ? random_finite_f16(rng) : static_cast<uint16_t>(rng() & 0x7f7f);
+      std::memcpy(&bytes[i], &v, 2);
+    }
+    return bytes;
+  }
+  for (size_t b = 0; b < bytes.size(); b += dtype_size(t)) {
+    for (size_t off : half_fields(t)) {
+      const uint16_t h = random_finite_f16(rng);
+      std::memcpy(&bytes[b + off], &h, 2);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> uniform(size_t n, std::mt19937_64& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> normal(size_t n, std::mt19937_64& rng, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
+  std::vector<uint8_t> bytes(dtype_bytes(t, static_cast<int64_t>(x.size())));
+  quantize(t, x.data(), static_cast<int64_t>(x.size()), bytes.data());
+  return bytes;
+}
+
+// The additive term of each value's block (q4_1: m; q4_k, q5_k: -dmin * min), 0 for the
+// other formats. Kernels may sum scale * q and offset parts separately, so their rounding
+// error scales with |scale * q| + |offset| <= |w| + 2|offset|.
+std::vector<float> block_offsets(DType t, const std::vector<uint8_t>& bytes) {
+  const int64_t blocks = static_cast<int64_t>(bytes.size() / dtype_size(t));
+  std::vector<float> out(static_cast<size_t>(blocks * dtype_block_elems(t)), 0.0f);
+  for (int64_t b = 0; b < blocks && (t == DType::q4_1 || t == DType::q4_k || t == DType::q5_k);
+       ++b) {
+    const uint8_t* block = bytes.data() + b * static_cast<int64_t>(dtype_size(t));
+    uint16_t half;
+    std::memcpy(&half, block + 2, 2);
+    for (int i = 0; i < (t == DType::q4_1 ? 1 : 8); ++i) {
+      float offset = f16_to_f32(half);
+      if (t != DType::q4_1) {
+        int sc = 0, mn = 0;
+        kquant_scale_min(block + 4, i, sc, mn);
+        offset = -(offset * static_cast<float>(mn));
+      }
+      std::fill_n(out.begin() + b * dtype_block_elems(t) + i * 32, 32, offset);
+    }
+  }
+  return out;
+}
+
+std::vector<float> dequantized(DType t, const std::vector<uint8_t>& bytes) {
+  const int64_t n = static_cast<int64_t>(bytes.size() / dtype_size(t)) * dtype_block_elems(t);
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize(t, bytes.data(), n, out.data());
+  return out;
+}
+
+// --- dequantize vs gguf-py ----------------------------------------------------------------
+
+TEST(Quant, BlockStructsMatchDTypeTable) {
+  EXPECT_EQ(sizeof(BlockQ4_0), dtype_size(DType::q4_0));
+  EXPECT_EQ(sizeof(BlockQ4_1), dtype_size(DType::q4_1));
+  EXPECT_EQ(sizeof(BlockQ8_0), dtype_size(DType::q8_0));
+  EXPECT_EQ(sizeof(BlockQ4_K), dtype_size(DType::q4_k));
+  EXPECT_EQ(sizeof(BlockQ5_K), dtype_size(DType::q5_k));
+  EXPECT_EQ(sizeof(BlockQ6_K), dtype_size(DType::q6_k));
+  EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
+}
+
+TEST(Quant, KQuantScalePackingRoundTrips) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (int trial = 0; trial < 200; ++trial) {
+    int sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = static_cast<int>(rng() % 64);
+      mn[j] = static_cast<int>(rng() % 64);
+    }
+    uint8_t packed[12];
+    kquant_pack_scales(sc, mn, packed);
+    for (int j = 0; j < 8; ++j) {
+      int s = -1, m = -1;
+      kquant_scale_min(packed, j, s, m);
+      ASSERT_EQ(s, sc[j]) << "sub-block " << j;
+      ASSERT_EQ(m, mn[j]) << "sub-block " << j;
+    }
+  }
+}
+
+TEST(Quant, DequantizeMatchesGgufPyBitForBit) {
+  if (!gguf_available()) GTEST_SKIP() << "python3 with gguf-py (pip install gguf numpy) not found";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  for (DType t : kWeightTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    // Random bit patterns, then quantized data of realistic magnitudes.
+    std::vector<uint8_t> bytes = random_blocks(t, 512 * 256, rng);
+    const std::vector<uint8_t> real = quantized(t, normal(64 * 256, rng, 0.05f));
+    bytes.insert(bytes.end(), real.begin(), real.end());
+    const std::vector<float> ours = dequantized(t, bytes);
+    const std::vector<uint8_t> theirs = gguf_tool("dequantize", t, bytes);
+    ASSERT_EQ(theirs.size(), ours.size() * 4);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      float v;
+      std::memcpy(&v, &theirs[i * 4], 4);
+      if (std::memcmp(&v, &ours[i], 4) != 0 && mismatches++ < 5) {
+        ADD_FAILURE() << "value " << i << " (block " << i / dtype_block_elems(t) << "): ours "
+                      << ours[i] << ", gguf-py " << v;
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+  }
+}
+
+TEST(Quant, QuantizeMatchesGgufPyWhereItQuantizes) {
+  if (!gguf_available()) GTEST_SKIP() << "python3 with gguf-py (pip install gguf numpy) not found";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  // Blocks of varied magnitude, a zero block and a constant block.
+  std::vector<float> x = uniform(256 * 64, rng);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+    for (size_t j = 0; j < 32; ++j) x[b * 32 + j] *= scale;
+  }
+  std::fill(x.begin(), x.begin() + 32, 0.0f);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.375f);
+  for (DType t : {DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const std::vector<uint8_t> ours = quantized(t, x);
+    std::vector<uint8_t> input(x.size() * 4);
+    std::memcpy(input.data(), x.data(), input.size());
+    const std::vector<uint8_t> theirs = gguf_tool("quantize", t, input);
+    ASSERT_EQ(theirs.size(), ours.size());
+    size_t first = ours.size();
+    for (size_t i = 0; i < ours.size() && first == ours.size(); ++i) {
+      if (ours[i] != theirs[i]) first = i;
+    }
+    EXPECT_EQ(first, ours.size()) << "first differing byte " << first << " in block "
+                                  << first / dtype_size(t);
+  }
+}
+
+// --- quantize -> dequantize error bounds --------------------------------------------------
+
+// ggml's 32-value quantizers round against the f32 scale and store it as f16, so each
+// bound is (rounding error against the f32 scale) + (largest |q|) * |d - f16(d)| plus a
+// few f32 ulps of the value.
+TEST(Quant, RoundTripQ8_0WithinHalfAStep) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::vector<float> x = normal(32 * 512, rng, 1.0f);
+  const std::vector<float> y = dequantized(DType::q8_0, quantized(DType::q8_0, x));
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const double d = amax / 127.0f;
+    const double d16 = f16_to_f32(f32_to_f16(static_cast<float>(d)));
+    for (size_t j = 0; j < 32; ++j) {
+      const size_t i = b * 32 + j;
+      // |x - d q| <= d / 2; the stored scale is off by |d - d16| for each of |q| <= 127.
+      const double bound = 0.5 * d + 127 * std::fabs(d - d16) + 4e-7 * std::fabs(x[i]);
+      ASSERT_LE(std::fabs(x[i] - y[i]), bound) << "value " << i;
+    }
+  }
+}
+
+TEST(Quant, RoundTripQ4_0WithinHalfAStepExceptTheClippedEnd) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::vector<float> x = normal(32 * 512, rng, 1.0f);
+  const std::vector<float> y = dequantized(DType::q4_0, quantized(DType::q4_0, x));
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0, vmax = 0;
+    for (size_t j = 0; j < 32; ++j) {
+      if (std::fabs(x[b * 32 + j]) > amax) {
+        amax = std::fabs(x[b * 32 + j]);
+        vmax = x[b * 32 + j];
+      }
+    }
+    // d = vmax / -8 maps vmax to q = 0; values on the other side reach q = 16, which is
+    // clipped to 15: their error is (v - 7) steps, at most one step.
+    const double d = vmax / -8.0f;
+    const double d16 = f16_to_f32(f32_to_f16(static_cast<float>(d)));
+    for (size_t j = 0; j < 32; ++j) {
+      const size_t i = b * 32 + j;
+      const double steps = x[i] / d;  // in [-8, 8]
+      const double rounding = steps > 7.5 ? (steps - 7.0) : 0.5;
+      const double bound =
+          rounding * std::fabs(d) + 8 * std::fabs(d - d16) + 4e-7 * std::fabs(x[i]);
+      ASSERT_LE(std::fabs(x[i] - y[i]), bound) << "value " << i << " (" << steps << " steps)";
+    }
+  }
+}
+
+TEST(Quant, RoundTripQ4_1WithinHalfAStep) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::vector<float> x = uniform(32 * 512, rng, -3.0f, 1.0f);
+  const std::vector<float> y = dequantized(DType::q4_1, quantized(DType::q4_1, x));
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const auto [lo, hi] = std::minmax_element(x.begin() + b * 32, x.begin() + b * 32 + 32);
+    const double d = (*hi - *lo) / 15.0f;
+    const double d16 = f16_to_f32(f32_to_f16(static_cast<float>(d)));
+    const double m16 = f16_to_f32(f32_to_f16(*lo));
+    for (size_t j = 0; j < 32; ++j) {
+      const size_t i = b * 32 + j;
+      const double bound = 0.5 * d * (1 + 1e-6) + 15 * std::fabs(d - d16) + std::fabs(*lo - m16) +
+                           4e-7 * (std::fabs(x[i]) + std::fabs(*lo));
+      ASSERT_LE(std::fabs(x[i] - y[i]), bound) << "value " << i;
+    }
+  }
+}
+
+// k-quants: a uniform quantizer with step h has error uniformly spread over [-h/2, h/2]
+// for data that is smooth at the scale of a step, so an RMS of h / sqrt(12). Per
+// sub-block h = range / (levels - 1): q4_k / q5_k cover [min(0, lo), hi] with 15 / 31
+// steps, q6_k covers [-amax, amax] with 63 steps. The quantizer refits scale and min by
+// least squares (never worse than plain min/max rounding), then rounds them to 6 or 8 bits
+// relative to the super-block's largest, which moves a step by <= 1/126 of the largest and
+// the offset by <= 1/126 of the largest min. We allow 15% over the uniform-noise RMS for
+// that, and check each super-block as well as the whole tensor.
+double ideal_rms(DType t, const float* x, int64_t n) {
+  const int sub = t == DType::q6_k ? 16 : 32;
+  const int levels = t == DType::q4_k ? 15 : t == DType::q5_k ? 31 : 63;
+  double sum = 0;
+  for (int64_t s = 0; s < n / sub; ++s) {
+    const float* v = x + s * sub;
+    float lo = 0, hi = 0, amax = 0;
+    for (int j = 0; j < sub; ++j) {
+      lo = std::min(lo, v[j]);
+      hi = std::max(hi, v[j]);
+      amax = std::max(amax, std::fabs(v[j]));
+    }
+    if (t != DType::q6_k) hi = std::max(hi, v[0]);
+    const double range = t == DType::q6_k ? 2.0 * amax : hi - lo;
+    const double h = range / levels;
+    sum += h * h / 12.0;
+  }
+  return std::sqrt(sum / static_cast<double>(n / sub));
+}
+
+double rms_error(const float* x, const float* y, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+  return std::sqrt(sum / static_cast<double>(n));
+}
+
+TEST(Quant, RoundTripKQuantsWithinUniformNoiseRms) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  for (DType t : {DType::q4_k, DType::q5_k, DType::q6_k}) {
+    for (int data = 0; data < 3; ++data) {
+      SCOPED_TRACE(cat(dtype_name(t), data == 0   ? " uniform"
+                                      : data == 1 ? " normal"
+                                                  : " positive"));
+      const std::vector<float> x = data == 0   ? uniform(256 * 256, rng)
+                                   : data == 1 ? normal(256 * 256, rng, 0.02f)
+                                               : uniform(256 * 256, rng, 0.5f, 2.0f);
+      const std::vector<float> y = dequantized(t, quantized(t, x));
+      const auto n = static_cast<int64_t>(x.size());
+      const double total = rms_error(x.data(), y.data(), n);
+      const double ideal = ideal_rms(t, x.data(), n);
+      EXPECT_LE(total, 1.15 * ideal)
+          << "tensor RMS error " << total << " vs uniform-noise " << ideal;
+      for (int64_t b = 0; b < n / 256; ++b) {
+        const double block = rms_error(x.data() + b * 256, y.data() + b * 256, 256);
+        const double block_ideal = ideal_rms(t, x.data() + b * 256, 256);
+        ASSERT_LE(block, 1.5 * block_ideal) << "super-block " << b;
+      }
+    }
+  }
+}
+
+TEST(Quant, FloatTypesRoundToNearest) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::vector<float> x = normal(1000, rng, 10.0f);
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const std::vector<float> y = dequantized(t, quantized(t, x));
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(y[i], testing::round_to(t, x[i])) << dtype_name(t);
+  }
+}
+
+TEST(Quant, ErrorsNameTheProblem) {
+  std::vector<float> x(64, 1.0f);
+  std::vector<uint8_t> out(4096);
+  try {
+    quantize(DType::q4_0, x.data(), 33, out.data());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "quant");
+    EXPECT_NE(std::string(e.what()).find("blocks of 32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(dequantize(DType::q4_k, out.data(), 128, x.data()), Error);
+  EXPECT_THROW(quantize(DType::i32, x.data(), 4, out.data()), Error);
+  EXPECT_THROW(dequantize(DType::u8, out.data(), 4, x.data()), Error);
+  AffineFormat bad;
+  bad.group_size = 48;
+  std::vector<uint32_t> packed(8);
+  std::vector<uint16_t> params(2);
+  EXPECT_THROW(affine_quantize(bad, x.data(), 1, 48, packed.data(), params.data(), params.data()),
+               Error);
+  AffineFormat good;
+  good.group_size = 32;
+  EXPECT_THROW(affine_quantize(good, x.data(), 1, 48, packed.data(), params.data(), params.data()),
+               Error);
+}
+
+// --- MLX affine ----------------------------------------------------------------------------
+
+TEST(Affine, PacksLowBitsFirst) {
+  AffineFormat f4;
+  f4.bits = 4;
+  f4.group_size = 32;
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j % 16);  // scale 1, bias 0: q = j % 16
+  std::vector<uint32_t> packed(4);
+  std::vector<uint16_t> scales(1), biases(1);
+  affine_quantize(f4, x.data(), 1, 32, packed.data(), scales.data(), biases.data());
+  EXPECT_EQ(packed[0], 0x76543210u);
+  EXPECT_EQ(packed[1], 0xFEDCBA98u);
+  EXPECT_EQ(f16_to_f32(scales[0]), 1.0f);
+  EXPECT_EQ(f16_to_f32(biases[0]), 0.0f);
+
+  AffineFormat f8;
+  f8.bits = 8;
+  f8.group_size = 32;
+  f8.scale_type = DType::bf16;
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j == 31 ? 255 : j);  // q = x
+  packed.assign(8, 0);
+  affine_quantize(f8, x.data(), 1, 32, packed.data(), scales.data(), biases.data());
+  EXPECT_EQ(packed[0], 0x03020100u);
+  EXPECT_EQ(packed[7], 0xFF1E1D1Cu);
+  std::vector<float> y(32);
+  affine_dequantize(f8, packed.data(), scales.data(), biases.data(), 1, 32, y.data());
+  EXPECT_EQ(y, x);
+}
+
+TEST(Affine, RoundTripWithinHalfAStep) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  for (uint32_t bits : {4u, 8u}) {
+    for (uint32_t group : {32u, 64u, 128u}) {
+      for (DType st : {DType::f16, DType::bf16}) {
+        AffineFormat f;
+        f.bits = bits;
+        f.group_size = group;
+        f.scale_type = st;
+        SCOPED_TRACE(cat("bits ", bits, " group ", group, " ", dtype_name(st)));
+        const int64_t rows = 7;
+        const int64_t cols = 512;
+        const std::vector<float> x = normal(static_cast<size_t>(rows * cols), rng, 0.1f);
+        std::vector<uint32_t> packed(static_cast<size_t>(rows * affine_words_per_row(f, cols)));
+        std::vector<uint16_t> scales(static_cast<size_t>(rows * cols / group));
+        std::vector<uint16_t> biases(scales.size());
+        affine_quantize(f, x.data(), rows, cols, packed.data(), scales.data(), biases.data());
+        std::vector<float> y(x.size());
+        affine_dequantize(f, packed.data(), scales.data(), biases.data(), rows, cols, y.data());
+        const double levels = (1 << bits) - 1;
+        for (int64_t g = 0; g < rows * cols / group; ++g) {
+          const float* xg = x.data() + g * group;
+          const auto [lo, hi] = std::minmax_element(xg, xg + group);
+          const double scale = (*hi - *lo) / static_cast<float>(levels);
+          const double s = testing::round_to(st, static_cast<float>(scale));
+          const double b = testing::round_to(st, *lo);
+          // Half a step of the stored scale, plus what rounding scale and bias to 16 bits
+          // can leave uncovered at either end of the range.
+          const double bound = 0.5 * s + levels * std::fabs(scale - s) + std::fabs(*lo - b) +
+                               1e-6 * (std::fabs(*lo) + std::fabs(*hi));
+          for (uint32_t j = 0; j < group; ++j) {
+            const size_t i = static_cast<size_t>(g * group + j);
+            ASSERT_LE(std::fabs(x[i] - y[i]), bound) << "value " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// --- CPU row kernels, portable and AVX2, against float64 -----------------------------------
+
+TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  std::vector<cpu::Isa> isas = {cpu::Isa::portable};
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+    if (cpu::isa_supported(isa)) isas.push_back(isa);
+  }
+  const char* isa_names[] = {"portable", "avx2", "avx512"};
+  for (DType t : kWeightTypes) {
+    const int64_t k = dtype_is_quantized(t) ? 768 : 333;
+    const std::vector<float> source = uniform(static_cast<size_t>(k), rng);
+    const std::vector<uint8_t> row =
+        dtype_is_quantized(t) ? random_blocks(t, k, rng) : quantized(t, source);
+    const std::vector<float> w = dequantized(t, row);
+    const std::vector<float> offsets = block_offsets(t, row);
+    const int64_t m = 11;  // more than one group of rows per decode on every path
+    const int64_t x_stride = k + 3;
+    const std::vector<float> x = uniform(static_cast<size_t>(m * x_stride), rng);
+    for (cpu::Isa isa : isas) {
+      SCOPED_TRACE(cat(dtype_name(t), " ", isa_names[static_cast<int>(isa)]));
+      const cpu::RowKernels& kernels = cpu::row_kernels(t, isa);
+      std::vector<float> decoded(static_cast<size_t>(k));
+      kernels.decode(row.data(), k, decoded.data());
+      for (int64_t j = 0; j < k; ++j) {
+        // scale * q + offset may be fused into one rounding: within an ulp of its terms.
+        ASSERT_NEAR(decoded[j], w[j], (std::fabs(w[j]) + 2 * std::fabs(offsets[j])) * 0x1p-23)
+            << "value " << j;
+      }
+      for (int64_t rows = 1; rows <= m; ++rows) {
+        std::vector<float> out(static_cast<size_t>(rows * 2), -1.0f);
+        kernels.dot(row.data(), x.data(), x_stride, rows, k, out.data(), 2);
+        for (int64_t i = 0; i < rows; ++i) {
+          double scaled = 0, offset = 0, squares = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double xv = x[i * x_stride + j];
+            scaled += xv * (w[j] - offsets[j]);
+            offset += xv * offsets[j];
+            const double term = std::fabs(xv) * (std::fabs(w[j]) + 2 * std::fabs(offsets[j]));
+            squares += term * term;
+          }
+          // The op cases' tolerance (tests/ops/cases_matmul.cpp explains it).
+          const double atol = 4 * 0x1p-24 * std::sqrt(static_cast<double>(k)) *
+                              (std::sqrt(squares) + std::fabs(scaled) + std::fabs(offset));
+          ASSERT_NEAR(out[i * 2], scaled + offset, atol) << rows << " rows, row " << i;
+          ASSERT_EQ(out[i * 2 + 1], -1.0f) << "wrote between output rows";
+        }
+      }
+    }
+  }
+}
+
+// --- every instruction set through the ops --------------------------------------------------
+
+// |out - Σ x·w| <= 4 u sqrt(K) (‖m‖₂ + |Σ x·(w - o)| + |Σ x·o|): the op cases' tolerance
+// (tests/ops/cases_matmul.cpp explains it). Returns Σ x·w in `ref`.
+double dot_tolerance(const float* x, const float* w, const float* offsets, int64_t k, double& ref) {
+  double scaled = 0, offset = 0, squares = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    scaled += static_cast<double>(x[j]) * (static_cast<double>(w[j]) - offsets[j]);
+    offset += static_cast<double>(x[j]) * offsets[j];
+    const double term = std::fabs(x[j]) * (std::fabs(w[j]) + 2.0 * std::fabs(offsets[j]));
+    squares += term * term;
+  }
+  ref = scaled + offset;
+  return 4 * 0x1p-24 * std::sqrt(static_cast<double>(k)) *
+         (std::sqrt(squares) + std::fabs(scaled) + std::fabs(offset));
+}
+
+// The op cases run on the widest instruction set; this runs matmul (both paths),
+// matmul_affine and matmul_id on every one the CPU has, the portable one included.
+TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  auto backend = testing::cpu_backend();
+  GraphExecutor executor(backend);
+  auto upload = [&](DType t, Shape shape, const void* data) {
+    TensorView tensor = backend->alloc_tensor(t, shape);
+    tensor.view.write(data, tensor.span_bytes());
+    return tensor;
+  };
+  const char* names[] = {"portable", "avx2", "avx512"};
+  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
+    if (!cpu::isa_supported(isa)) continue;
+    cpu::set_active_isa(isa);
+    SCOPED_TRACE(names[static_cast<int>(isa)]);
+    for (DType t : kWeightTypes) {
+      const int64_t k = dtype_is_quantized(t) ? 2 * dtype_block_elems(t) : 77;
+      const int64_t n = 21;
+      const std::vector<uint8_t> wq = quantized(t, uniform(static_cast<size_t>(n * k), rng));
+      const std::vector<float> w = dequantized(t, wq);
+      const std::vector<float> offsets = block_offsets(t, wq);
+      for (int64_t m : {int64_t{3}, int64_t{17}}) {
+        SCOPED_TRACE(cat(dtype_name(t), " M ", m));
+        const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
+        TensorView xt = upload(DType::f32, {m, k}, x.data());
+        TensorView wt = upload(t, {n, k}, wq.data());
+        TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
+        GraphSession session = executor.begin();
+        session.matmul(xt, wt, ot);
+        session.finish();
+        const std::vector<float> out = ot.view.read_as<float>();
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = 0;
+            const double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
+            ASSERT_NEAR(out[i * n + j], ref, tol) << "out[" << i << ", " << j << "]";
+          }
+        }
+      }
+    }
+    for (uint32_t bits : {4u, 8u}) {
+      for (uint32_t group : {32u, 128u}) {
+        AffineFormat f;
+        f.bits = bits;
+        f.group_size = group;
+        f.scale_type = group == 32 ? DType::bf16 : DType::f16;
+        const int64_t n = 19, k = 256;
+        std::vector<uint32_t> packed(static_cast<size_t>(n * affine_words_per_row(f, k)));
+        std::vector<uint16_t> scales(static_cast<size_t>(n * k / group)), biases(scales.size());
+        const std::vector<float> source = normal(static_cast<size_t>(n * k), rng, 0.3f);
+        affine_quantize(f, source.data(), n, k, packed.data(), scales.data(), biases.data());
+        std::vector<float> w(source.size()), offsets(source.size());
+        affine_dequantize(f, packed.data(), scales.data(), biases.data(), n, k, w.data());
+        for (size_t e = 0; e < w.size(); ++e) {
+          const uint16_t b = biases[e / group];
+          offsets[e] = f.scale_type == DType::bf16 ? bf16_to_f32(b) : f16_to_f32(b);
+        }
+        for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{12}}) {
+          SCOPED_TRACE(cat("affine q", bits, " g", group, " M ", m));
+          const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
+          TensorView xt = upload(DType::f32, {m, k}, x.data());
+          TensorView wt = upload(DType::u32, {n, affine_words_per_row(f, k)}, packed.data());
+          TensorView st = upload(f.scale_type, {n, k / group}, scales.data());
+          TensorView bt = upload(f.scale_type, {n, k / group}, biases.data());
+          TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
+          GraphSession session = executor.begin();
+          session.matmul_affine(xt, wt, st, bt, ot, f);
+          session.finish();
+          const std::vector<float> out = ot.view.read_as<float>();
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = 0;
+              const double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
+              ASSERT_NEAR(out[i * n + j], ref, tol) << "out[" << i << ", " << j << "]";
+            }
+          }
+        }
+      }
+    }
+    for (DType t : {DType::q4_k, DType::f16}) {
+      const int64_t experts = 4, n = 13, k = 256, slots = 2;
+      const std::vector<uint8_t> wq =
+          quantized(t, uniform(static_cast<size_t>(experts * n * k), rng));
+      const std::vector<float> w = dequantized(t, wq);
+      const std::vector<float> offsets = block_offsets(t, wq);
+      for (int64_t tokens : {int64_t{1}, int64_t{4}}) {
+        SCOPED_TRACE(cat("matmul_id ", dtype_name(t), " T ", tokens));
+        std::vector<int32_t> ids(static_cast<size_t>(tokens * slots));
+        for (int32_t& id : ids) id = static_cast<int32_t>(rng() % experts);
+        ids[1] = -3;  // out of range: zeros
+        const std::vector<float> x = uniform(static_cast<size_t>(tokens * k), rng);
+        TensorView xt = upload(DType::f32, {tokens, k}, x.data());
+        TensorView wt = upload(t, {experts, n, k}, wq.data());
+        TensorView it = upload(DType::i32, {tokens, slots}, ids.data());
+        TensorView ot = backend->alloc_tensor(DType::f32, {tokens, slots, n});
+        BufferView scratch = backend->alloc(ops::matmul_id_scratch_bytes(tokens, slots, experts));
+        ops::MatmulIdParams params;
+        params.n_experts = static_cast<int32_t>(experts);
+        params.slots = static_cast<int32_t>(slots);
+        GraphSession session = executor.begin();
+        session.matmul_id(xt, wt, it, ot, scratch, params);
+        session.finish();
+        const std::vector<float> out = ot.view.read_as<float>();
+        for (int64_t p = 0; p < tokens * slots; ++p) {
+          const int32_t e = ids[static_cast<size_t>(p)];
+          for (int64_t j = 0; j < n; ++j) {
+            const float got = out[static_cast<size_t>(p * n + j)];
+            if (e < 0) {
+              ASSERT_EQ(got, 0.0f) << "pair " << p;
+              continue;
+            }
+            double ref = 0;
+            const size_t row = static_cast<size_t>((e * n + j) * k);
+            const double tol = dot_tolerance(&x[(p / slots) * k], &w[row], &offsets[row], k, ref);
+            ASSERT_NEAR(got, ref, tol) << "pair " << p << ", column " << j;
+          }
+        }
+      }
+    }
+  }
+  cpu::set_active_isa(cpu::best_isa());
+}
+
+// --- results do not depend on the thread count ---------------------------------------------
+
+TEST(CpuMatmul, ResultsDoNotDependOnThreads) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int64_t n = 333, k = 512;
+  const std::vector<float> wf = uniform(static_cast<size_t>(n * k), rng);
+  const std::vector<uint8_t> wq = quantized(DType::q4_k, wf);
+  for (int64_t m : {int64_t{3}, int64_t{70}}) {
+    const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 3}) {
+      Options options = testing::test_options();
+      options.cpu_threads = threads;
+      auto backend = testing::cpu_backend(options);
+      TensorView xt = backend->alloc_tensor(DType::f32, {m, k});
+      TensorView wt = backend->alloc_tensor(DType::q4_k, {n, k});
+      TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
+      xt.view.write(x);
+      wt.view.write(wq);
+      GraphExecutor executor(backend);
+      GraphSession session = executor.begin();
+      session.matmul(xt, wt, ot);
+      session.finish();
+      results.push_back(ot.view.read_as<float>());
+    }
+    EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * 4), 0)
+        << "M " << m;
+  }
+}
+
+}  // namespace
+}  // namespace onepass
