@@ -1,0 +1,117 @@
+// The Llama-family forward pass, built only from GraphSession ops. Decoding records one
+// step into a CapturedGraph once and replays it for every later token: the per-step values
+// (token id, position, KV length) live in device-readable buffers, written before each
+// launch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "onepass/exec/backend.h"
+#include "onepass/exec/captured_graph.h"
+#include "onepass/exec/graph_session.h"
+#include "onepass/model/model_source.h"
+
+namespace onepass::model {
+
+struct LoadOptions {
+  int64_t context = 4096;     // KV-cache capacity in tokens
+  int64_t max_batch = 256;    // prompt tokens per prefill chunk
+  DType kv_type = DType::f16;
+  /// Decode by replaying a recorded step (CapturedGraph) instead of re-encoding it.
+  bool replay = true;
+  CaptureOptions capture{};   // passes and encoding of the replayed step
+  /// Called while weights upload: fraction done and the tensor being loaded.
+  std::function<void(double, const std::string&)> progress;
+};
+
+/// One linear layer on the device: out = x · wᵀ (+ bias).
+struct Linear {
+  TensorView weight;                 // [out, in], or packed u32 for MLX affine
+  std::optional<AffineFormat> affine;
+  TensorView scales, biases;         // MLX affine
+  TensorView bias;                   // f32 [out] (Qwen2 Q/K/V), empty if none
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  /// Rows [first, first+count) of the layer (weights of a fused Q/K/V, say).
+  Linear rows(int64_t first, int64_t count) const;
+  size_t bytes() const;
+};
+
+struct LayerWeights {
+  TensorView attn_norm, ffn_norm;    // f32 [hidden]
+  /// Q, K, V as one layer [q_dim + 2 kv_dim, hidden] when they share a format, else three.
+  std::vector<Linear> qkv_parts;
+  Linear attn_output;                // [hidden, q_dim]
+  /// Gate and up as one layer [2 ffn, hidden] when they share a format, else two.
+  std::vector<Linear> gate_up_parts;
+  Linear down;                       // [hidden, ffn]
+  TensorView k_cache, v_cache;       // [kv_heads, context, head_dim]
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& source, const LoadOptions& options = {});
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const LlamaConfig& config() const { return config_; }
+  Backend& backend() const { return *backend_; }
+  int64_t context() const { return options_.context; }
+  /// Tokens in the KV cache.
+  int64_t position() const { return position_; }
+  /// Forgets the conversation (the cache contents are simply overwritten later).
+  void reset() { position_ = 0; }
+
+  /// Appends `tokens` to the cache and returns the logits after the last one.
+  std::span<const float> prefill(std::span<const int32_t> tokens);
+  /// Appends one token and returns the logits after it.
+  std::span<const float> decode(int32_t token);
+  /// Appends one token and returns the most likely next token (argmax on the device,
+  /// no logits download).
+  int32_t decode_greedy(int32_t token);
+
+  /// Bytes of weights read per decoded token, and KV bytes read per token at `kv_length`.
+  size_t weight_bytes() const { return weight_bytes_; }
+  size_t kv_bytes_read(int64_t kv_length) const;
+  /// The replayed decode step (nullptr until the first decode, or with replay off).
+  const CapturedGraph* decode_graph() const { return decode_graph_.get(); }
+  /// Host time of the last decode step from writing its inputs to the launch returning.
+  uint64_t last_step_host_ns() const { return last_step_host_ns_; }
+  /// Dispatches of one decode step (after fusion).
+  size_t decode_dispatches() const;
+
+  /// Emits one forward pass over `n_tokens` tokens into `session`, reading token ids and
+  /// positions from the batch buffers. Exposed for tests and profiling.
+  void emit_forward(GraphSession& session, int64_t n_tokens, bool decode_step);
+
+ private:
+  struct Buffers;
+  void load_weights(const ModelSource& source);
+  void set_step(std::span<const int32_t> tokens);
+  void run_decode(int32_t token);
+
+  std::shared_ptr<Backend> backend_;
+  LoadOptions options_;
+  LlamaConfig config_;
+  GraphExecutor executor_;
+  TensorView token_embd_;
+  Linear output_;
+  TensorView output_norm_;
+  TensorView rope_factors_;
+  std::vector<LayerWeights> layers_;
+  std::unique_ptr<Buffers> buffers_;
+  std::unique_ptr<CapturedGraph> decode_graph_;
+  std::vector<float> logits_;
+  int64_t position_ = 0;
+  size_t weight_bytes_ = 0;
+  uint64_t last_step_host_ns_ = 0;
+};
+
+}  // namespace onepass::model

@@ -1,0 +1,458 @@
+#include "onepass/model/llama.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "onepass/core/error.h"
+#include "onepass/ops/attention.h"
+#include "onepass/ops/rope.h"
+
+namespace onepass::model {
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+size_t tensor_bytes(DType type, int64_t rows, int64_t cols) {
+  return static_cast<size_t>(rows) * dtype_bytes(type, cols);
+}
+
+}  // namespace
+
+Linear Linear::rows(int64_t first, int64_t count) const {
+  Linear out = *this;
+  out.weight = weight.rows_slice(first, count);
+  if (affine) {
+    out.scales = scales.rows_slice(first, count);
+    out.biases = biases.rows_slice(first, count);
+  }
+  if (bias.view) {
+    out.bias = TensorView(bias.view.slice(static_cast<size_t>(first) * 4, static_cast<size_t>(count) * 4), DType::f32,
+                          Shape{count});
+  }
+  out.out_features = count;
+  return out;
+}
+
+size_t Linear::bytes() const {
+  size_t n = weight.span_bytes();
+  if (affine) n += scales.span_bytes() + biases.span_bytes();
+  if (bias.view) n += bias.span_bytes();
+  return n;
+}
+
+// Activations and per-step inputs, allocated once for the largest batch.
+struct LlamaModel::Buffers {
+  int64_t max_batch = 0;
+  BufferView step_host;  // i32: [0] kv_length, [1..1+B) tokens, [1+B..1+2B) positions
+  BufferView step_dev;
+  TensorView x, xn, q, k, v, attn, proj, gate, up, act;  // [B, *] f32
+  TensorView qkv, gate_up;                               // decode: [1, q+2kv], [1, 2 ffn]
+  TensorView logits;                                     // [1, vocab] f32
+  TensorView next_token;                                 // i32 [1]
+  BufferView flash_scratch;
+
+  TensorView ids(int64_t n) const {
+    return TensorView(step_dev.slice(4, static_cast<size_t>(n) * 4), DType::i32, Shape{n});
+  }
+  TensorView positions(int64_t n) const {
+    return TensorView(step_dev.slice(static_cast<size_t>(1 + max_batch) * 4, static_cast<size_t>(n) * 4),
+                      DType::i32, Shape{n});
+  }
+  TensorView kv_length() const { return TensorView(step_dev.slice(0, 4), DType::i32, Shape{1}); }
+};
+
+LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& source, const LoadOptions& options)
+    : backend_(std::move(backend)), options_(options), config_(source.config()), executor_(backend_) {
+  config_.validate();
+  check(options_.context > 0, "model", "context must be positive, got ", options_.context);
+  check(options_.max_batch > 0, "model", "max batch must be positive, got ", options_.max_batch);
+  check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
+        "KV cache type must be f16 or f32, got ", dtype_name(options_.kv_type));
+  load_weights(source);
+}
+
+LlamaModel::~LlamaModel() = default;
+
+void LlamaModel::load_weights(const ModelSource& source) {
+  const LlamaConfig& c = config_;
+  Backend& b = *backend_;
+  // Progress by bytes uploaded.
+  size_t total = 0;
+  auto count = [&](std::string_view name) {
+    if (auto t = source.find(name)) total += t->bytes;
+  };
+  count("token_embd.weight");
+  count("output.weight");
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      count(cat("blk.", l, ".", n, ".weight"));
+    }
+  }
+  size_t done = 0;
+  auto report = [&](const std::string& name, size_t bytes) {
+    done += bytes;
+    if (options_.progress) options_.progress(total ? static_cast<double>(done) / static_cast<double>(total) : 1.0, name);
+  };
+
+  auto upload = [&](const HostTensor& t) {
+    TensorView v = b.alloc_tensor(t.dtype, t.shape);
+    check(t.bytes == v.view.size(), "model", "tensor ", t.name, " has ", t.bytes, " bytes, expected ", v.view.size(),
+          " for ", dtype_name(t.dtype), t.shape.str());
+    v.view.write(t.data, t.bytes);
+    return v;
+  };
+  auto vector_f32 = [&](const std::string& name, int64_t n) {
+    HostTensor t = source.require(name);
+    check(t.dtype == DType::f32 && t.shape.numel() == n, "model", "tensor ", name, " must be f32 with ", n,
+          " values, is ", dtype_name(t.dtype), t.shape.str());
+    return upload(t).reshaped(Shape{n});
+  };
+  // Rows of several tensors with the same column count and format, in one buffer: one
+  // matrix product instead of several (Q/K/V, gate/up).
+  auto linear = [&](const std::vector<std::string>& names, int64_t in, const std::vector<std::string>& bias_names) {
+    std::vector<HostTensor> parts;
+    for (const std::string& n : names) parts.push_back(source.require(n));
+    int64_t out = 0;
+    for (const HostTensor& t : parts) {
+      check(t.shape.ndim() == 2 && t.shape[1] * (t.affine ? 32 / t.affine->bits : 1) == in, "model", "tensor ", t.name,
+            " has shape ", t.shape.str(), ", expected [*, ", in, "]");
+      check(t.dtype == parts[0].dtype && t.affine.has_value() == parts[0].affine.has_value(), "model",
+            "tensors ", parts[0].name, " and ", t.name, " differ in type");
+      out += t.shape[0];
+    }
+    Linear l;
+    l.in_features = in;
+    l.out_features = out;
+    const HostTensor& first = parts[0];
+    l.weight = b.alloc_tensor(first.dtype, Shape{out, first.shape[1]});
+    size_t offset = 0;
+    for (const HostTensor& t : parts) {
+      l.weight.view.write(t.data, t.bytes, offset);
+      offset += t.bytes;
+      report(t.name, t.bytes);
+    }
+    if (first.affine) {
+      l.affine = first.affine;
+      const int64_t groups = in / first.affine->group_size;
+      l.scales = b.alloc_tensor(first.affine->scale_type, Shape{out, groups});
+      l.biases = b.alloc_tensor(first.affine->scale_type, Shape{out, groups});
+      size_t at = 0;
+      for (const HostTensor& t : parts) {
+        const size_t n = tensor_bytes(first.affine->scale_type, t.shape[0], groups);
+        l.scales.view.write(t.scales, n, at);
+        l.biases.view.write(t.biases, n, at);
+        at += n;
+      }
+    }
+    if (!bias_names.empty()) {
+      l.bias = b.alloc_tensor(DType::f32, Shape{out});
+      size_t at = 0;
+      for (size_t i = 0; i < bias_names.size(); ++i) {
+        HostTensor t = source.require(bias_names[i]);
+        check(t.dtype == DType::f32 && t.shape.numel() == parts[i].shape[0], "model", "bias ", t.name,
+              " must be f32 [", parts[i].shape[0], "]");
+        l.bias.view.write(t.data, t.bytes, at);
+        at += t.bytes;
+      }
+    }
+    weight_bytes_ += l.bytes();
+    return l;
+  };
+  // One fused layer when the parts share a format, else separate ones (llama.cpp's mixed
+  // quantisations give V another type than Q and K).
+  auto fused_or_separate = [&](const std::vector<std::string>& names, int64_t in,
+                               const std::vector<std::string>& bias_names) {
+    bool same = true;
+    const HostTensor first = source.require(names[0]);
+    for (const std::string& n : names) {
+      const HostTensor t = source.require(n);
+      same = same && t.dtype == first.dtype && t.affine.has_value() == first.affine.has_value();
+    }
+    std::vector<Linear> out;
+    if (same) {
+      out.push_back(linear(names, in, bias_names));
+    } else {
+      for (size_t i = 0; i < names.size(); ++i) {
+        out.push_back(linear({names[i]}, in, bias_names.empty() ? std::vector<std::string>{} : std::vector{bias_names[i]}));
+      }
+    }
+    return out;
+  };
+
+  const HostTensor embd = source.require("token_embd.weight");
+  check(embd.shape.ndim() == 2 && embd.shape[0] == c.vocab_size && embd.shape[1] == c.hidden && !embd.affine, "model",
+        "token_embd.weight has shape ", embd.shape.str(), ", expected [", c.vocab_size, ", ", c.hidden, "]");
+  token_embd_ = upload(embd);
+  report(embd.name, embd.bytes);
+  output_norm_ = vector_f32("output_norm.weight", c.hidden);
+  if (source.find("output.weight")) {
+    output_ = linear({"output.weight"}, c.hidden, {});
+  } else {  // tied: the LM head is the token embedding
+    output_.weight = token_embd_;
+    output_.in_features = c.hidden;
+    output_.out_features = c.vocab_size;
+    weight_bytes_ += token_embd_.span_bytes();
+  }
+  if (auto factors = source.rope_freq_factors()) {
+    check(static_cast<int64_t>(factors->size()) == c.rope_dims / 2, "model", "rope frequency factors: ",
+          factors->size(), " values, expected ", c.rope_dims / 2);
+    rope_factors_ = b.alloc_tensor(DType::f32, Shape{c.rope_dims / 2});
+    rope_factors_.view.write(*factors);
+  }
+
+  const int64_t ctx = options_.context;
+  const size_t cache_bytes = tensor_bytes(options_.kv_type, c.kv_heads * ctx, c.head_dim);
+  BufferView caches = b.alloc(cache_bytes * 2 * static_cast<size_t>(c.layers));
+  layers_.resize(static_cast<size_t>(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    LayerWeights& w = layers_[static_cast<size_t>(l)];
+    const std::string p = cat("blk.", l, ".");
+    w.attn_norm = vector_f32(p + "attn_norm.weight", c.hidden);
+    w.ffn_norm = vector_f32(p + "ffn_norm.weight", c.hidden);
+    std::vector<std::string> bias;
+    if (c.qkv_bias) bias = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
+    w.qkv_parts = fused_or_separate({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, c.hidden, bias);
+    w.attn_output = linear({p + "attn_output.weight"}, c.q_dim(), {});
+    w.gate_up_parts = fused_or_separate({p + "ffn_gate.weight", p + "ffn_up.weight"}, c.hidden, {});
+    w.down = linear({p + "ffn_down.weight"}, c.ffn, {});
+    const size_t base = static_cast<size_t>(l) * 2 * cache_bytes;
+    w.k_cache = TensorView(caches.slice(base, cache_bytes), options_.kv_type, Shape{c.kv_heads, ctx, c.head_dim});
+    w.v_cache = TensorView(caches.slice(base + cache_bytes, cache_bytes), options_.kv_type,
+                           Shape{c.kv_heads, ctx, c.head_dim});
+  }
+
+  auto buffers = std::make_unique<Buffers>();
+  const int64_t batch = std::min(options_.max_batch, ctx);
+  buffers->max_batch = batch;
+  const size_t step_bytes = static_cast<size_t>(1 + 2 * batch) * 4;
+  buffers->step_host = b.alloc_host_visible(step_bytes);
+  buffers->step_dev = b.alloc(step_bytes);
+  std::memset(buffers->step_host.data(), 0, step_bytes);
+  auto act = [&](int64_t rows, int64_t cols) { return b.alloc_tensor(DType::f32, Shape{rows, cols}); };
+  buffers->x = act(batch, c.hidden);
+  buffers->xn = act(batch, c.hidden);
+  buffers->q = act(batch, c.q_dim());
+  buffers->k = act(batch, c.kv_dim());
+  buffers->v = act(batch, c.kv_dim());
+  buffers->attn = act(batch, c.q_dim());
+  buffers->proj = act(batch, c.hidden);
+  buffers->gate = act(batch, c.ffn);
+  buffers->up = act(batch, c.ffn);
+  buffers->act = act(batch, c.ffn);
+  buffers->qkv = act(1, c.q_dim() + 2 * c.kv_dim());
+  buffers->gate_up = act(1, 2 * c.ffn);
+  buffers->logits = act(1, c.vocab_size);
+  buffers->next_token = b.alloc_tensor(DType::i32, Shape{1});
+  buffers->flash_scratch = b.alloc(ops::flash_decode_scratch_bytes(c.heads, ctx, c.head_dim));
+  buffers_ = std::move(buffers);
+  logits_.resize(static_cast<size_t>(c.vocab_size));
+}
+
+size_t LlamaModel::kv_bytes_read(int64_t kv_length) const {
+  return 2 * static_cast<size_t>(config_.layers) * tensor_bytes(options_.kv_type, config_.kv_heads * kv_length,
+                                                                 config_.head_dim);
+}
+
+size_t LlamaModel::decode_dispatches() const { return decode_graph_ ? decode_graph_->stats().dispatches : 0; }
+
+namespace {
+
+void run_linear(GraphSession& s, const TensorView& x, const Linear& l, const TensorView& out) {
+  if (l.affine) {
+    s.matmul_affine(x, l.weight, l.scales, l.biases, out, *l.affine);
+  } else {
+    s.matmul(x, l.weight, out);
+  }
+  if (l.bias.view) s.add(out, TensorView(l.bias.view, DType::f32, Shape{1, l.out_features}), out);
+}
+
+// Runs a list of row-parts (fused or separate) writing consecutive column ranges of
+// `out` ([T, total]); with one fused part that is one product.
+void run_parts(GraphSession& s, const TensorView& x, const std::vector<Linear>& parts, const TensorView& out) {
+  int64_t col = 0;
+  for (const Linear& l : parts) {
+    const size_t offset = static_cast<size_t>(col) * 4;
+    TensorView cols(out.view.slice_from(offset), DType::f32, Shape{out.rows(), l.out_features}, out.row_stride);
+    run_linear(s, x, l, cols);
+    col += l.out_features;
+  }
+}
+
+}  // namespace
+
+void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step) {
+  const LlamaConfig& c = config_;
+  const Buffers& b = *buffers_;
+  check(n >= 1 && n <= b.max_batch, "model", "batch of ", n, " tokens (1..", b.max_batch, ")");
+  check(!decode_step || n == 1, "model", "a decode step takes one token");
+  const int64_t hd = c.head_dim;
+  s.copy_bytes(b.step_host, b.step_dev);
+  const TensorView ids = b.ids(n);
+  const TensorView positions = b.positions(n);
+  const TensorView x = b.x.rows_slice(0, n);
+  const TensorView xn = b.xn.rows_slice(0, n);
+  const TensorView attn = b.attn.rows_slice(0, n);
+  const TensorView proj = b.proj.rows_slice(0, n);
+  const TensorView act = b.act.rows_slice(0, n);
+  s.embedding(token_embd_, ids, x);
+
+  ops::RopeParams rope;
+  rope.layout = c.rope_neox ? ops::RopeLayout::neox : ops::RopeLayout::normal;
+  rope.rotary_dims = static_cast<int32_t>(c.rope_dims);
+  rope.theta = c.rope_theta;
+  rope.freq_scale = c.rope_freq_scale;
+  rope.freq_factors = rope_factors_;
+  ops::AttentionParams attention;
+  attention.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  attention.n_head = static_cast<int32_t>(c.heads);
+  attention.n_kv_head = static_cast<int32_t>(c.kv_heads);
+  attention.head_dim = static_cast<int32_t>(hd);
+
+  for (const LayerWeights& w : layers_) {
+    s.rms_norm(x, w.attn_norm, xn, c.norm_eps);
+    TensorView q, k, v;
+    if (decode_step) {
+      // One token: Q, K and V are consecutive slices of one product's output.
+      run_parts(s, xn, w.qkv_parts, b.qkv);
+      q = TensorView(b.qkv.view.slice(0, static_cast<size_t>(c.q_dim()) * 4), DType::f32, Shape{1, c.heads, hd});
+      k = TensorView(b.qkv.view.slice(static_cast<size_t>(c.q_dim()) * 4, static_cast<size_t>(c.kv_dim()) * 4),
+                     DType::f32, Shape{1, c.kv_heads, hd});
+      v = TensorView(b.qkv.view.slice(static_cast<size_t>(c.q_dim() + c.kv_dim()) * 4, static_cast<size_t>(c.kv_dim()) * 4),
+                     DType::f32, Shape{1, c.kv_heads, hd});
+    } else {
+      // A batch: separate products into contiguous buffers (rows of the fused weight).
+      const TensorView* outs[3] = {&b.q, &b.k, &b.v};
+      std::vector<Linear> split;
+      for (const Linear& part : w.qkv_parts) {
+        if (w.qkv_parts.size() == 1) {
+          split = {part.rows(0, c.q_dim()), part.rows(c.q_dim(), c.kv_dim()), part.rows(c.q_dim() + c.kv_dim(), c.kv_dim())};
+        } else {
+          split.push_back(part);
+        }
+      }
+      for (size_t i = 0; i < 3; ++i) run_linear(s, xn, split[i], outs[i]->rows_slice(0, n));
+      q = b.q.rows_slice(0, n).reshaped(Shape{n, c.heads, hd});
+      k = b.k.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
+      v = b.v.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
+    }
+    s.rope(q, q, positions, rope);
+    s.rope(k, k, positions, rope);
+    s.kv_write(k, w.k_cache, positions);
+    s.kv_write(v, w.v_cache, positions);
+    if (decode_step) {
+      s.flash_decode(q.reshaped(Shape{c.heads, hd}), w.k_cache, w.v_cache, b.kv_length(),
+                     attn.reshaped(Shape{c.heads, hd}), b.flash_scratch, attention);
+    } else {
+      s.sdpa(q, w.k_cache, w.v_cache, positions, attn.reshaped(Shape{n, c.heads, hd}), attention);
+    }
+    run_linear(s, attn, w.attn_output, proj);
+    s.add(x, proj, x);
+    s.rms_norm(x, w.ffn_norm, xn, c.norm_eps);
+    if (decode_step) {
+      run_parts(s, xn, w.gate_up_parts, b.gate_up);
+      const TensorView gate(b.gate_up.view.slice(0, static_cast<size_t>(c.ffn) * 4), DType::f32, Shape{1, c.ffn});
+      const TensorView up(b.gate_up.view.slice(static_cast<size_t>(c.ffn) * 4, static_cast<size_t>(c.ffn) * 4),
+                          DType::f32, Shape{1, c.ffn});
+      s.silu_mul(gate, up, act);
+    } else {
+      const TensorView gate = b.gate.rows_slice(0, n);
+      const TensorView up = b.up.rows_slice(0, n);
+      if (w.gate_up_parts.size() == 1) {
+        run_linear(s, xn, w.gate_up_parts[0].rows(0, c.ffn), gate);
+        run_linear(s, xn, w.gate_up_parts[0].rows(c.ffn, c.ffn), up);
+      } else {
+        run_linear(s, xn, w.gate_up_parts[0], gate);
+        run_linear(s, xn, w.gate_up_parts[1], up);
+      }
+      s.silu_mul(gate, up, act);
+    }
+    run_linear(s, act, w.down, proj);
+    s.add(x, proj, x);
+  }
+  // Only the last token's logits are needed.
+  const TensorView last = x.rows_slice(n - 1, 1);
+  const TensorView last_norm = b.xn.rows_slice(0, 1);
+  s.rms_norm(last, output_norm_, last_norm, c.norm_eps);
+  run_linear(s, last_norm, output_, b.logits);
+  s.argmax(b.logits, b.next_token);
+  s.keep(b.logits);
+  s.keep(b.next_token);
+}
+
+void LlamaModel::set_step(std::span<const int32_t> tokens) {
+  const Buffers& b = *buffers_;
+  const auto n = static_cast<int64_t>(tokens.size());
+  auto* step = static_cast<int32_t*>(b.step_host.data());
+  step[0] = static_cast<int32_t>(position_ + n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = tokens[static_cast<size_t>(i)];
+    check(t >= 0 && t < config_.vocab_size, "model", "token id ", t, " outside the vocabulary (", config_.vocab_size, ")");
+    step[1 + i] = t;
+    step[1 + b.max_batch + i] = static_cast<int32_t>(position_ + i);
+  }
+}
+
+std::span<const float> LlamaModel::prefill(std::span<const int32_t> tokens) {
+  check(!tokens.empty(), "model", "prefill of no tokens");
+  check(position_ + static_cast<int64_t>(tokens.size()) <= options_.context, "model", "context full: ", position_,
+        " + ", tokens.size(), " tokens exceed the context of ", options_.context, " (use --ctx to enlarge it)");
+  size_t done = 0;
+  while (done < tokens.size()) {
+    const size_t n = std::min<size_t>(static_cast<size_t>(buffers_->max_batch), tokens.size() - done);
+    set_step(tokens.subspan(done, n));
+    GraphSession s = executor_.begin_recorded();
+    emit_forward(s, static_cast<int64_t>(n), false);
+    s.finish_dataflow();
+    position_ += static_cast<int64_t>(n);
+    done += n;
+  }
+  buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
+  return logits_;
+}
+
+void LlamaModel::run_decode(int32_t token) {
+  check(position_ < options_.context, "model", "context full: ", options_.context,
+        " tokens (use --ctx to enlarge it)");
+  if (!options_.replay) {
+    const uint64_t t0 = now_ns();
+    set_step(std::span<const int32_t>(&token, 1));
+    GraphSession s = executor_.begin();
+    emit_forward(s, 1, true);
+    last_step_host_ns_ = now_ns() - t0;
+    s.finish();
+    ++position_;
+    return;
+  }
+  if (!decode_graph_) {
+    GraphSession s = executor_.begin_recorded();
+    emit_forward(s, 1, true);
+    decode_graph_ = std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture);
+  }
+  const uint64_t t0 = now_ns();
+  set_step(std::span<const int32_t>(&token, 1));
+  decode_graph_->launch();
+  last_step_host_ns_ = now_ns() - t0;
+  decode_graph_->wait();
+  ++position_;
+}
+
+std::span<const float> LlamaModel::decode(int32_t token) {
+  run_decode(token);
+  buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
+  return logits_;
+}
+
+int32_t LlamaModel::decode_greedy(int32_t token) {
+  run_decode(token);
+  int32_t next = 0;
+  buffers_->next_token.view.read(&next, 4);
+  return next;
+}
+
+}  // namespace onepass::model

@@ -1,0 +1,297 @@
+#include "onepass/model/loader.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "onepass/core/error.h"
+#include "onepass/core/half.h"
+#include "onepass/model/mlx_model.h"
+#include "onepass/ops/quant.h"
+
+namespace onepass::model {
+namespace {
+
+HostTensor host_tensor(const TensorInfo& t) {
+  HostTensor h;
+  h.name = t.name;
+  h.dtype = t.dtype;
+  h.shape = t.shape;
+  h.data = t.data;
+  h.bytes = t.bytes;
+  return h;
+}
+
+// Llama 3.1 "llama3" RoPE scaling: per-frequency factors that stretch the low
+// frequencies by `factor`, leave the high ones and interpolate between.
+std::vector<float> llama3_rope_factors(int64_t rope_dims, float theta, float factor, float low_freq_factor,
+                                       float high_freq_factor, float original_context) {
+  std::vector<float> out(static_cast<size_t>(rope_dims / 2));
+  const double low_wavelen = original_context / low_freq_factor;
+  const double high_wavelen = original_context / high_freq_factor;
+  for (int64_t i = 0; i < rope_dims / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(rope_dims));
+    const double wavelen = 2.0 * M_PI / freq;
+    double f = 1.0;
+    if (wavelen > low_wavelen) {
+      f = factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    out[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return out;
+}
+
+// ---- GGUF --------------------------------------------------------------------------------
+
+class GgufSource final : public ModelSource {
+ public:
+  explicit GgufSource(GgufFile file) : file_(std::move(file)) { config_ = config_from_gguf(file_); }
+
+  const LlamaConfig& config() const override { return config_; }
+  std::optional<HostTensor> find(std::string_view name) const override {
+    const TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) return std::nullopt;
+    return host_tensor(*t);
+  }
+  std::optional<std::vector<float>> rope_freq_factors() const override {
+    const TensorInfo* t = file_.find_tensor("rope_freqs.weight");
+    if (t == nullptr) return std::nullopt;
+    check(t->dtype == DType::f32, "gguf", file_.source(), ": rope_freqs.weight must be f32");
+    const auto* p = static_cast<const float*>(t->data);
+    return std::vector<float>(p, p + t->shape.numel());
+  }
+  std::optional<TokenizerData> tokenizer_data() const override {
+    if (!file_.has("tokenizer.ggml.model")) return std::nullopt;
+    return tokenizer_data_from_gguf(file_);
+  }
+  std::string describe() const override { return file_.source(); }
+
+ private:
+  GgufFile file_;
+  LlamaConfig config_;
+};
+
+// ---- MLX ---------------------------------------------------------------------------------
+
+// GGUF tensor name -> mlx-lm (Hugging Face) module name.
+std::string hf_name(std::string_view gguf) {
+  static const std::map<std::string, std::string, std::less<>> kFixed = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+  };
+  if (auto it = kFixed.find(gguf); it != kFixed.end()) return it->second;
+  static const std::map<std::string, std::string, std::less<>> kLayer = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+  };
+  if (gguf.rfind("blk.", 0) == 0) {
+    const size_t dot = gguf.find('.', 4);
+    if (dot != std::string_view::npos) {
+      const std::string_view layer = gguf.substr(4, dot - 4);
+      if (auto it = kLayer.find(gguf.substr(dot + 1)); it != kLayer.end()) {
+        return cat("model.layers.", layer, ".", it->second);
+      }
+    }
+  }
+  return std::string(gguf);
+}
+
+class MlxSource final : public ModelSource {
+ public:
+  explicit MlxSource(MlxModel model) : model_(std::move(model)) {
+    const nlohmann::json& j = model_.config();
+    const std::string where = "mlx";
+    auto get_int = [&](const char* key) -> int64_t {
+      check(j.contains(key) && j[key].is_number_integer(), where, model_.dir().string(), "/config.json: missing integer '",
+            key, "'");
+      return j[key].get<int64_t>();
+    };
+    const std::string type = j.value("model_type", std::string("llama"));
+    check(type == "llama" || type == "mistral" || type == "qwen2", where, model_.dir().string(),
+          ": model_type '", type, "' is not supported (llama, mistral, qwen2)");
+    config_.architecture = type == "qwen2" ? "qwen2" : "llama";
+    config_.vocab_size = get_int("vocab_size");
+    config_.hidden = get_int("hidden_size");
+    config_.ffn = get_int("intermediate_size");
+    config_.layers = get_int("num_hidden_layers");
+    config_.heads = get_int("num_attention_heads");
+    config_.kv_heads = j.value("num_key_value_heads", config_.heads);
+    config_.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
+                                                                                    : config_.hidden / config_.heads;
+    config_.rope_dims = config_.head_dim;
+    config_.rope_theta = j.value("rope_theta", 10000.0f);
+    config_.norm_eps = j.value("rms_norm_eps", 1e-5f);
+    config_.train_context = j.value("max_position_embeddings", int64_t{4096});
+    config_.rope_neox = true;  // Hugging Face layout: rotate_half
+    config_.qkv_bias = type == "qwen2";
+    config_.tied_output = j.value("tie_word_embeddings", false) || model_.find("lm_head.weight") == nullptr;
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+      const auto& s = j["rope_scaling"];
+      const std::string kind = s.value("rope_type", s.value("type", std::string()));
+      if (kind == "llama3") {
+        rope_factors_ = llama3_rope_factors(config_.rope_dims, config_.rope_theta, s.value("factor", 8.0f),
+                                            s.value("low_freq_factor", 1.0f), s.value("high_freq_factor", 4.0f),
+                                            s.value("original_max_position_embeddings", 8192.0f));
+      } else if (kind == "linear") {
+        config_.rope_freq_scale = 1.0f / s.value("factor", 1.0f);
+      } else if (!kind.empty()) {
+        fail(where, model_.dir().string(), ": rope scaling '", kind, "' is not supported (llama3, linear)");
+      }
+    }
+    config_.validate();
+    // Embedding lookups need a plain table: a quantised embedding is expanded to f16 once
+    // (the LM head keeps using the quantised form when tied).
+    if (model_.is_quantized("model.embed_tokens.weight")) {
+      const MlxQuantizedWeight& q = model_.quantized("model.embed_tokens.weight");
+      const int64_t rows = q.shape[0];
+      const int64_t cols = q.shape[1];
+      std::vector<float> full(static_cast<size_t>(rows * cols));
+      affine_dequantize(q.format, static_cast<const uint32_t*>(q.weight->data),
+                        static_cast<const uint16_t*>(q.scales->data), static_cast<const uint16_t*>(q.biases->data), rows,
+                        cols, full.data());
+      embedding_f16_.resize(full.size());
+      quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()), embedding_f16_.data());
+    }
+  }
+
+  const LlamaConfig& config() const override { return config_; }
+
+  std::optional<HostTensor> find(std::string_view name) const override {
+    if (name == "token_embd.weight" && !embedding_f16_.empty()) {
+      HostTensor h;
+      h.name = std::string(name);
+      h.dtype = DType::f16;
+      h.shape = Shape{config_.vocab_size, config_.hidden};
+      h.data = embedding_f16_.data();
+      h.bytes = embedding_f16_.size() * 2;
+      return h;
+    }
+    // A tied LM head is the (possibly quantised) embedding.
+    const std::string module = (name == "output.weight" && config_.tied_output) ? std::string() : hf_name(name);
+    if (module.empty()) return std::nullopt;
+    if (model_.is_quantized(module)) {
+      const MlxQuantizedWeight& q = model_.quantized(module);
+      HostTensor h = host_tensor(*q.weight);
+      h.name = std::string(name);
+      h.affine = q.format;
+      h.scales = q.scales->data;
+      h.biases = q.biases->data;
+      return h;
+    }
+    const TensorInfo* t = model_.find(module);
+    if (t == nullptr) return std::nullopt;
+    HostTensor h = host_tensor(*t);
+    h.name = std::string(name);
+    // Norm weights and biases are f32 in the model layer.
+    if (h.shape.ndim() == 1 && h.dtype != DType::f32) {
+      auto& converted = converted_[h.name];
+      if (converted.empty()) {
+        converted.resize(static_cast<size_t>(h.shape.numel()));
+        dequantize(h.dtype, h.data, h.shape.numel(), converted.data());
+      }
+      h.dtype = DType::f32;
+      h.data = converted.data();
+      h.bytes = converted.size() * 4;
+    }
+    return h;
+  }
+
+  std::optional<std::vector<float>> rope_freq_factors() const override { return rope_factors_; }
+  std::optional<TokenizerData> tokenizer_data() const override { return std::nullopt; }
+  std::string describe() const override { return model_.dir().string() + " (MLX)"; }
+
+ private:
+  MlxModel model_;
+  LlamaConfig config_;
+  std::optional<std::vector<float>> rope_factors_;
+  std::vector<uint16_t> embedding_f16_;
+  mutable std::map<std::string, std::vector<float>> converted_;
+};
+
+}  // namespace
+
+LlamaConfig config_from_gguf(const GgufFile& f) {
+  const std::string arch = f.architecture();
+  check(arch == "llama" || arch == "qwen2" || arch == "mistral", "gguf", f.source(), ": architecture '", arch,
+        "' is not supported (llama, mistral, qwen2)");
+  LlamaConfig c;
+  c.architecture = arch == "qwen2" ? "qwen2" : "llama";
+  c.hidden = f.get_u32(f.arch_key("embedding_length"));
+  c.ffn = f.get_u32(f.arch_key("feed_forward_length"));
+  c.layers = f.get_u32(f.arch_key("block_count"));
+  c.heads = f.get_u32(f.arch_key("attention.head_count"));
+  c.kv_heads = f.find_u32(f.arch_key("attention.head_count_kv")).value_or(static_cast<uint32_t>(c.heads));
+  c.head_dim = f.find_u32(f.arch_key("attention.key_length")).value_or(static_cast<uint32_t>(c.hidden / std::max<int64_t>(c.heads, 1)));
+  c.rope_dims = f.find_u32(f.arch_key("rope.dimension_count")).value_or(static_cast<uint32_t>(c.head_dim));
+  c.rope_theta = f.find_f32(f.arch_key("rope.freq_base")).value_or(10000.0f);
+  c.norm_eps = f.find_f32(f.arch_key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
+  c.train_context = f.find_u32(f.arch_key("context_length")).value_or(4096);
+  c.rope_neox = arch == "qwen2";
+  if (const auto type = f.find_string(f.arch_key("rope.scaling.type")); type && *type != "none") {
+    check(*type == "linear", "gguf", f.source(), ": rope scaling '", *type, "' is not supported (linear)");
+    const float factor = f.find_f32(f.arch_key("rope.scaling.factor")).value_or(1.0f);
+    check(factor > 0, "gguf", f.source(), ": rope scaling factor must be positive");
+    c.rope_freq_scale = 1.0f / factor;
+  }
+  const TensorInfo& embd = f.tensor("token_embd.weight");
+  check(embd.shape.ndim() == 2, "gguf", f.source(), ": token_embd.weight must be 2-D");
+  c.vocab_size = f.find_u32(f.arch_key("vocab_size")).value_or(static_cast<uint32_t>(embd.shape[0]));
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.validate();
+  return c;
+}
+
+TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
+  TokenizerData d;
+  d.model = f.get_string("tokenizer.ggml.model");
+  d.pre = f.find_string("tokenizer.ggml.pre").value_or("default");
+  d.tokens = f.get_strings("tokenizer.ggml.tokens");
+  d.scores = f.find_f32s("tokenizer.ggml.scores").value_or(std::vector<float>{});
+  d.token_types = f.find_i32s("tokenizer.ggml.token_type").value_or(std::vector<int32_t>{});
+  d.merges = f.find_strings("tokenizer.ggml.merges").value_or(std::vector<std::string>{});
+  auto id = [&](const char* key) { return f.find_i32(key).value_or(-1); };
+  d.bos_id = id("tokenizer.ggml.bos_token_id");
+  d.eos_id = id("tokenizer.ggml.eos_token_id");
+  d.unk_id = id("tokenizer.ggml.unknown_token_id");
+  d.pad_id = id("tokenizer.ggml.padding_token_id");
+  if (auto eot = f.find_i32("tokenizer.ggml.eot_token_id")) d.eot_id = *eot;
+  d.add_bos = f.find_bool("tokenizer.ggml.add_bos_token").value_or(d.model == "llama");
+  d.add_eos = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  d.add_space_prefix = f.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  d.chat_template = f.find_string("tokenizer.chat_template").value_or("");
+  return d;
+}
+
+std::unique_ptr<ModelSource> open_gguf_model(const std::filesystem::path& path) {
+  return std::make_unique<GgufSource>(GgufFile::open(path));
+}
+
+std::unique_ptr<ModelSource> open_mlx_model(const std::filesystem::path& dir) {
+  return std::make_unique<MlxSource>(MlxModel::open(dir));
+}
+
+std::unique_ptr<ModelSource> open_model(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return open_mlx_model(path);
+  check(std::filesystem::exists(path, ec), "model", "no such file or directory: ", path.string());
+  return open_gguf_model(path);
+}
+
+}  // namespace onepass::model

@@ -1,0 +1,128 @@
+#include "onepass/model/model_source.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "onepass/core/error.h"
+#include "onepass/core/half.h"
+#include "onepass/ops/quant.h"
+
+namespace onepass::model {
+
+void LlamaConfig::validate() const {
+  const char* where = "model";
+  check(architecture == "llama" || architecture == "qwen2" || architecture == "mistral", where,
+        "unsupported architecture '", architecture, "' (supported: llama, mistral, qwen2)");
+  check(vocab_size > 0 && hidden > 0 && ffn > 0 && layers > 0 && heads > 0 && kv_heads > 0, where,
+        "vocab, hidden, ffn, layers, heads and kv_heads must be positive (", describe(), ")");
+  check(heads % kv_heads == 0, where, "heads (", heads, ") must be a multiple of kv_heads (", kv_heads, ")");
+  check(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 256, where, "head_dim must be even and <= 256, got ",
+        head_dim);
+  check(rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= head_dim, where,
+        "rope dims must be even and <= head_dim, got ", rope_dims);
+  check(norm_eps > 0 && std::isfinite(norm_eps), where, "norm epsilon must be positive");
+  check(rope_theta > 0 && std::isfinite(rope_theta), where, "rope theta must be positive");
+}
+
+std::string LlamaConfig::describe() const {
+  return cat(architecture, ": vocab ", vocab_size, ", hidden ", hidden, ", ffn ", ffn, ", layers ", layers,
+             ", heads ", heads, "/", kv_heads, " (dim ", head_dim, ", rope ", rope_dims, rope_neox ? " neox" : "",
+             ", theta ", rope_theta, ")", tied_output ? ", tied output" : "", qkv_bias ? ", qkv bias" : "");
+}
+
+HostTensor ModelSource::require(std::string_view name) const {
+  std::optional<HostTensor> t = find(name);
+  check(t.has_value(), "model", describe(), " has no tensor '", name, "'");
+  return *t;
+}
+
+namespace {
+
+class RandomSource final : public ModelSource {
+ public:
+  RandomSource(const LlamaConfig& config, DType type, uint64_t seed) : config_(config), rng_(seed) {
+    config_.validate();
+    const int64_t h = config_.hidden;
+    add_linear("token_embd.weight", type, config_.vocab_size, h, 1.0f);
+    for (int64_t l = 0; l < config_.layers; ++l) {
+      const std::string p = cat("blk.", l, ".");
+      add_norm(p + "attn_norm.weight", h);
+      add_linear(p + "attn_q.weight", type, config_.q_dim(), h);
+      add_linear(p + "attn_k.weight", type, config_.kv_dim(), h);
+      add_linear(p + "attn_v.weight", type, config_.kv_dim(), h);
+      add_linear(p + "attn_output.weight", type, h, config_.q_dim());
+      if (config_.qkv_bias) {
+        add_vector(p + "attn_q.bias", config_.q_dim(), 0.1f);
+        add_vector(p + "attn_k.bias", config_.kv_dim(), 0.1f);
+        add_vector(p + "attn_v.bias", config_.kv_dim(), 0.1f);
+      }
+      add_norm(p + "ffn_norm.weight", h);
+      add_linear(p + "ffn_gate.weight", type, config_.ffn, h);
+      add_linear(p + "ffn_up.weight", type, config_.ffn, h);
+      add_linear(p + "ffn_down.weight", type, h, config_.ffn);
+    }
+    add_norm("output_norm.weight", h);
+    if (!config_.tied_output) add_linear("output.weight", type, config_.vocab_size, h);
+  }
+
+  const LlamaConfig& config() const override { return config_; }
+  std::optional<HostTensor> find(std::string_view name) const override {
+    auto it = tensors_.find(std::string(name));
+    if (it == tensors_.end()) return std::nullopt;
+    HostTensor t = it->second.info;
+    t.data = it->second.bytes.data();
+    return t;
+  }
+  std::string describe() const override { return "random model (" + config_.describe() + ")"; }
+
+ private:
+  struct Stored {
+    HostTensor info;
+    std::vector<uint8_t> bytes;
+  };
+
+  std::vector<float> uniform(size_t n, float scale) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+
+  void store(const std::string& name, DType type, Shape shape, const std::vector<float>& values) {
+    Stored s;
+    s.info.name = name;
+    s.info.dtype = type;
+    s.info.shape = shape;
+    s.info.bytes = static_cast<size_t>(shape.rows()) * dtype_bytes(type, shape.cols());
+    s.bytes.resize(s.info.bytes);
+    quantize(type, values.data(), static_cast<int64_t>(values.size()), s.bytes.data());
+    tensors_[name] = std::move(s);
+  }
+
+  // Weights uniform with variance 1/in (scale sqrt(3/in)) keep activations O(1).
+  void add_linear(const std::string& name, DType type, int64_t out, int64_t in, float scale = 0.0f) {
+    const float s = scale > 0 ? scale : std::sqrt(3.0f / static_cast<float>(in));
+    store(name, type, Shape{out, in}, uniform(static_cast<size_t>(out * in), s));
+  }
+  void add_norm(const std::string& name, int64_t n) {
+    std::vector<float> v = uniform(static_cast<size_t>(n), 0.2f);
+    for (float& x : v) x += 1.0f;
+    store(name, DType::f32, Shape{n}, v);
+  }
+  void add_vector(const std::string& name, int64_t n, float scale) {
+    store(name, DType::f32, Shape{n}, uniform(static_cast<size_t>(n), scale));
+  }
+
+  LlamaConfig config_;
+  std::mt19937_64 rng_;
+  std::map<std::string, Stored> tensors_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSource> make_random_source(const LlamaConfig& config, DType weight_type, uint64_t seed) {
+  return std::make_unique<RandomSource>(config, weight_type, seed);
+}
+
+}  // namespace onepass::model

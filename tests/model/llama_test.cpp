@@ -1,0 +1,328 @@
+// The Llama forward pass against an independent float64 host implementation, prefill
+// against decode, replayed against re-encoded decoding, and GPU against CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "onepass/core/error.h"
+#include "onepass/model/llama.h"
+#include "onepass/ops/quant.h"
+#include "support/testing.h"
+
+namespace onepass::model {
+namespace {
+
+using Matrix = std::vector<double>;  // row-major
+
+// ---- float64 reference ---------------------------------------------------------------
+
+Matrix weights(const ModelSource& src, const std::string& name, int64_t* rows = nullptr, int64_t* cols = nullptr) {
+  const HostTensor t = src.require(name);
+  std::vector<float> f(static_cast<size_t>(t.shape.numel()));
+  dequantize(t.dtype, t.data, t.shape.numel(), f.data());
+  if (rows) *rows = t.shape.rows();
+  if (cols) *cols = t.shape.cols();
+  return Matrix(f.begin(), f.end());
+}
+
+std::vector<double> matvec(const Matrix& w, int64_t rows, int64_t cols, const std::vector<double>& x) {
+  std::vector<double> y(static_cast<size_t>(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = 0;
+    for (int64_t c = 0; c < cols; ++c) acc += w[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(c)];
+    y[static_cast<size_t>(r)] = acc;
+  }
+  return y;
+}
+
+std::vector<double> rms_norm(const std::vector<double>& x, const Matrix& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+  return y;
+}
+
+void rope(std::vector<double>& v, int64_t heads, const LlamaConfig& c, int64_t pos) {
+  const int64_t hd = c.head_dim;
+  const int64_t half = c.rope_dims / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    double* x = v.data() + h * hd;
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos) * std::pow(static_cast<double>(c.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
+      const int64_t a = c.rope_neox ? i : 2 * i;
+      const int64_t b = c.rope_neox ? i + half : 2 * i + 1;
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
+      x[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+    }
+  }
+}
+
+// Logits after each of `tokens` (one row per token).
+std::vector<std::vector<double>> reference_logits(const ModelSource& src, const std::vector<int32_t>& tokens,
+                                                  DType kv_type) {
+  const LlamaConfig& c = src.config();
+  const auto n = static_cast<int64_t>(tokens.size());
+  int64_t v_rows, h;
+  const Matrix embd = weights(src, "token_embd.weight", &v_rows, &h);
+  std::vector<std::vector<double>> x(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    x[static_cast<size_t>(t)].assign(embd.begin() + tokens[static_cast<size_t>(t)] * h, embd.begin() + (tokens[static_cast<size_t>(t)] + 1) * h);
+  }
+  const int64_t hd = c.head_dim;
+  const int64_t group = c.heads / c.kv_heads;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = cat("blk.", l, ".");
+    int64_t qr, kr, fr;
+    const Matrix wq = weights(src, p + "attn_q.weight", &qr), wk = weights(src, p + "attn_k.weight", &kr),
+                 wv = weights(src, p + "attn_v.weight"), wo = weights(src, p + "attn_output.weight"),
+                 wg = weights(src, p + "ffn_gate.weight", &fr), wu = weights(src, p + "ffn_up.weight"),
+                 wd = weights(src, p + "ffn_down.weight"), n1 = weights(src, p + "attn_norm.weight"),
+                 n2 = weights(src, p + "ffn_norm.weight");
+    std::vector<std::vector<double>> qs, ks, vs;
+    for (int64_t t = 0; t < n; ++t) {
+      const auto xn = rms_norm(x[static_cast<size_t>(t)], n1, c.norm_eps);
+      auto q = matvec(wq, qr, h, xn), k = matvec(wk, kr, h, xn), v = matvec(wv, kr, h, xn);
+      if (c.qkv_bias) {
+        const Matrix bq = weights(src, p + "attn_q.bias"), bk = weights(src, p + "attn_k.bias"), bv = weights(src, p + "attn_v.bias");
+        for (size_t i = 0; i < q.size(); ++i) q[i] += bq[i];
+        for (size_t i = 0; i < k.size(); ++i) {
+          k[i] += bk[i];
+          v[i] += bv[i];
+        }
+      }
+      rope(q, c.heads, c, t);
+      rope(k, c.kv_heads, c, t);
+      // The model keeps K and V in a cache of kv_type.
+      for (double& e : k) e = testing::round_to(kv_type, static_cast<float>(e));
+      for (double& e : v) e = testing::round_to(kv_type, static_cast<float>(e));
+      qs.push_back(q);
+      ks.push_back(k);
+      vs.push_back(v);
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<double> attn(static_cast<size_t>(c.q_dim()), 0.0);
+      for (int64_t hh = 0; hh < c.heads; ++hh) {
+        const int64_t kvh = hh / group;
+        std::vector<double> scores(static_cast<size_t>(t + 1));
+        double mx = -1e300;
+        for (int64_t j = 0; j <= t; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += qs[t][hh * hd + d] * ks[j][kvh * hd + d];
+          scores[j] = s / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, scores[j]);
+        }
+        double sum = 0;
+        for (double& s : scores) sum += (s = std::exp(s - mx));
+        for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t d = 0; d < hd; ++d) attn[hh * hd + d] += scores[j] / sum * vs[j][kvh * hd + d];
+        }
+      }
+      const auto o = matvec(wo, h, c.q_dim(), attn);
+      auto& xt = x[static_cast<size_t>(t)];
+      for (int64_t i = 0; i < h; ++i) xt[i] += o[i];
+      const auto hn = rms_norm(xt, n2, c.norm_eps);
+      const auto g = matvec(wg, fr, h, hn), u = matvec(wu, fr, h, hn);
+      std::vector<double> a(g.size());
+      for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const auto d = matvec(wd, h, fr, a);
+      for (int64_t i = 0; i < h; ++i) xt[i] += d[i];
+    }
+  }
+  const Matrix out_norm = weights(src, "output_norm.weight");
+  const Matrix head = src.find("output.weight") ? weights(src, "output.weight") : embd;
+  std::vector<std::vector<double>> logits;
+  for (int64_t t = 0; t < n; ++t) logits.push_back(matvec(head, c.vocab_size, h, rms_norm(x[static_cast<size_t>(t)], out_norm, c.norm_eps)));
+  return logits;
+}
+
+// ---- tests -------------------------------------------------------------------------------
+
+LlamaConfig tiny(bool neox = false, bool bias = false, int64_t kv_heads = 2, bool tied = false) {
+  LlamaConfig c;
+  c.architecture = bias ? "qwen2" : "llama";
+  c.vocab_size = 97;
+  c.hidden = 64;
+  c.ffn = 96;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = kv_heads;
+  c.head_dim = 16;
+  c.rope_dims = 16;
+  c.rope_theta = 10000.0f;
+  c.rope_neox = neox;
+  c.norm_eps = 1e-5f;
+  c.tied_output = tied;
+  c.qkv_bias = bias;
+  return c;
+}
+
+// Block formats with 256-value blocks need 256-multiple rows.
+LlamaConfig wide() {
+  LlamaConfig c = tiny();
+  c.hidden = 256;
+  c.ffn = 512;
+  c.heads = 4;
+  c.head_dim = 64;
+  c.rope_dims = 64;
+  return c;
+}
+
+void expect_logits_near(std::span<const float> got, const std::vector<double>& want, double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rtol * scale) << what << " logit " << i;
+  }
+}
+
+std::vector<int32_t> some_tokens(int n, uint64_t seed, int vocab) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+struct Variant {
+  const char* name;
+  LlamaConfig config;
+  DType weights;
+  DType kv_type;
+  double rtol;
+};
+
+class LlamaVsReference : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(LlamaVsReference, PrefillAndDecodeMatchFloat64) {
+  const Variant& v = GetParam();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  auto src = make_random_source(v.config, v.weights, seed);
+  const auto tokens = some_tokens(9, seed, static_cast<int>(v.config.vocab_size));
+  const auto want = reference_logits(*src, tokens, v.kv_type);
+  auto backend = testing::cpu_backend();
+  LoadOptions o;
+  o.kv_type = v.kv_type;
+  o.context = 32;
+  o.max_batch = 4;  // several prefill chunks
+  LlamaModel model(backend, *src, o);
+  // Prefill all but the last token, then decode the last: both paths.
+  const std::vector<int32_t> head(tokens.begin(), tokens.end() - 1);
+  expect_logits_near(model.prefill(head), want[head.size() - 1], v.rtol, "prefill");
+  expect_logits_near(model.decode(tokens.back()), want.back(), v.rtol, "decode");
+  EXPECT_EQ(model.position(), 9);
+  // Token by token from the start.
+  model.reset();
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    expect_logits_near(model.decode(tokens[t]), want[t], v.rtol, cat("decode step ", t));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LlamaVsReference,
+    // f32 arithmetic over a few hundred terms per value: 1e-5 of the largest logit. With
+    // an f16 cache the reference rounds K and V too, but values within f32 rounding of a
+    // half-way point may round the other way: 2e-4 (a few f16 ulps through two layers).
+    ::testing::Values(Variant{"llama_f32", tiny(), DType::f32, DType::f32, 1e-5},
+                      Variant{"llama_f16_cache", tiny(), DType::f32, DType::f16, 2e-4},
+                      Variant{"qwen2_bias_neox", tiny(true, true), DType::f32, DType::f32, 1e-5},
+                      Variant{"mha_tied", tiny(false, false, 4, true), DType::f32, DType::f32, 1e-5},
+                      Variant{"gqa4_f16", tiny(false, false, 1), DType::f16, DType::f32, 1e-5},
+                      Variant{"q8_0", tiny(), DType::q8_0, DType::f32, 1e-5},
+                      Variant{"q4_k", wide(), DType::q4_k, DType::f32, 1e-5}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+TEST(Llama, ReplayedDecodeEqualsReencodedDecodeBitForBit) {
+  const uint64_t seed = testing::fresh_seed();
+  auto src = make_random_source(tiny(), DType::f16, seed);
+  auto backend = testing::cpu_backend();
+  LoadOptions replay;
+  replay.context = 40;
+  LoadOptions direct = replay;
+  direct.replay = false;
+  LlamaModel c(backend, *src, replay), d(backend, *src, direct);
+  const auto tokens = some_tokens(20, seed, 97);
+  const auto pc = c.prefill(std::span(tokens).first(5));
+  const std::vector<float> prefill_copy(pc.begin(), pc.end());
+  const auto pd = d.prefill(std::span(tokens).first(5));
+  ASSERT_EQ(std::memcmp(prefill_copy.data(), pd.data(), prefill_copy.size() * 4), 0);
+  for (size_t t = 5; t < tokens.size(); ++t) {
+    const auto lc = c.decode(tokens[t]);
+    const std::vector<float> copy(lc.begin(), lc.end());
+    const auto ld = d.decode(tokens[t]);
+    ASSERT_EQ(std::memcmp(copy.data(), ld.data(), copy.size() * 4), 0) << "step " << t;
+  }
+  ASSERT_NE(c.decode_graph(), nullptr);
+  EXPECT_GT(c.decode_dispatches(), 10u);
+}
+
+TEST(Llama, GreedyDecodeMatchesHostArgmax) {
+  auto src = make_random_source(tiny(), DType::f32, 3);
+  auto backend = testing::cpu_backend();
+  LlamaModel a(backend, *src, LoadOptions{.context = 16});
+  LlamaModel b(backend, *src, LoadOptions{.context = 16});
+  int32_t t = 1;
+  for (int i = 0; i < 8; ++i) {
+    const auto logits = a.decode(t);
+    const int32_t expected = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    t = b.decode_greedy(t);
+    EXPECT_EQ(t, expected);
+  }
+}
+
+TEST(Llama, BadInputIsAClearError) {
+  auto src = make_random_source(tiny(), DType::f32, 3);
+  auto backend = testing::cpu_backend();
+  LlamaModel m(backend, *src, LoadOptions{.context = 4});
+  EXPECT_THROW(m.decode(97), Error);  // outside the vocabulary
+  EXPECT_THROW(m.prefill(std::vector<int32_t>{}), Error);
+  m.prefill(std::vector<int32_t>{1, 2, 3, 4});
+  try {
+    m.decode(1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context full"), std::string::npos) << e.what();
+  }
+  LlamaConfig bad = tiny();
+  bad.heads = 3;
+  EXPECT_THROW(make_random_source(bad, DType::f32, 1), Error);
+}
+
+TEST(Llama, GpuLogitsMatchCpuLogits) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  for (DType type : {DType::f16, DType::q4_0, DType::q4_k}) {
+    SCOPED_TRACE(dtype_name(type));
+    LlamaConfig c = tiny();
+    c.hidden = 256;
+    c.ffn = 512;
+    c.head_dim = 64;
+    c.rope_dims = 64;
+    auto src = make_random_source(c, type, seed);
+    auto cpu = testing::cpu_backend();
+    auto gpu = make_cuda_backend(0, testing::test_options());
+    LlamaModel a(cpu, *src, LoadOptions{.context = 64});
+    LlamaModel b(gpu, *src, LoadOptions{.context = 64});
+    const auto tokens = some_tokens(12, seed, 97);
+    const auto pa = a.prefill(tokens);
+    const std::vector<float> prefill_cpu(pa.begin(), pa.end());
+    const auto pb = b.prefill(tokens);
+    std::vector<double> want(prefill_cpu.begin(), prefill_cpu.end());
+    // The GPU's quantized matrix-vector kernels round activations to int8 per 32 values
+    // (up to 0.4% per product, compounding over the layers); dense weights keep f32.
+    const double rtol = dtype_is_quantized(type) ? 3e-2 : 1e-3;
+    expect_logits_near(pb, want, 1e-3, "prefill");  // prefill: matrix-matrix, f32 activations
+    for (int i = 0; i < 5; ++i) {
+      const auto la = a.decode(tokens[static_cast<size_t>(i)]);
+      want.assign(la.begin(), la.end());
+      expect_logits_near(b.decode(tokens[static_cast<size_t>(i)]), want, rtol, cat("decode ", i));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace onepass::model
