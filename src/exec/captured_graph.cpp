@@ -4,6 +4,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/exec/counters.h"
+#include "onepass/exec/trace_range.h"
 
 namespace onepass {
 
@@ -21,6 +22,7 @@ CapturedGraph::CapturedGraph(Backend& backend, ComputeGraph graph, const Capture
   const Options& o = backend.options();
   stats_.nodes_recorded = graph_.size();
   if (o.dump_graph) std::fputs(graph_.dump("captured: recorded").c_str(), stderr);
+  const TraceRange range("onepass.capture");
   if (options.fuse && o.fuse) {
     stats_.fusions = graph_.fuse(backend.fusion_rules(), backend.registry());
     if (o.dump_graph) std::fputs(graph_.dump("captured: after fuse").c_str(), stderr);
@@ -53,6 +55,7 @@ void CapturedGraph::launch() {
   auto& c = detail::global_counters();
   detail::bump(c.submissions);
   detail::bump(c.dispatches, executable_->dispatch_count());
+  const TraceRange range("onepass.replay");
   executable_->launch();
 }
 

@@ -5,6 +5,7 @@
 #include "onepass/core/error.h"
 #include "onepass/exec/counters.h"
 #include "onepass/exec/profile.h"
+#include "onepass/exec/trace_range.h"
 
 namespace onepass {
 
@@ -148,6 +149,7 @@ void CommandEncoder::commit() {
   check(!committed_, "CommandEncoder", "submission committed twice");
   committed_ = true;
   if (!label_.empty()) submission_->set_label(label_);
+  const TraceRange range(label_.empty() ? "onepass.commit" : label_.c_str());
   submission_->commit();
   detail::bump(detail::global_counters().submissions);
 }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "onepass/core/error.h"
+#include "onepass/exec/trace_range.h"
 
 namespace onepass {
 namespace {
@@ -226,6 +227,7 @@ FinishStats GraphSession::finish_graph(bool fuse, bool reorder, int encoding, bo
     return s;
   }
   const Options& o = backend_->options();
+  const TraceRange range("onepass.finish");
   const auto t0 = std::chrono::steady_clock::now();
   ComputeGraph graph = take_graph();
   if (o.dump_graph) std::fputs(graph.dump("session: recorded").c_str(), stderr);

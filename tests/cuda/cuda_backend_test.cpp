@@ -272,5 +272,31 @@ TEST(CudaProfiling, DirectLaunchesAreTimedPerDispatch) {
   EXPECT_EQ(g.download(), g.simulate());
 }
 
+TEST(CudaProfiling, GraphReplaysAreTimedPerDispatch) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  Options o = testing::test_options();
+  o.profile_dispatches = true;
+  auto b = make_cuda_backend(0, o);
+  testing::SyntheticGraph g = testing::SyntheticGraph::random(11, 4, 30, 200000);
+  g.upload(*b);
+  GraphExecutor exec(b);
+  GraphSession s = exec.begin_recorded();
+  g.emit(s);
+  CapturedGraph graph(*b, s.take_graph());
+  Profiler::global().clear();
+  graph.run();
+  const uint64_t step = graph.gpu_time_ns().value_or(0);
+  const auto samples = Profiler::global().dispatches();
+  ASSERT_EQ(samples.size(), 30u);
+  ASSERT_GT(step, 0u);
+  for (const DispatchSample& d : samples) {
+    EXPECT_LE(d.start_ns, d.end_ns);
+    EXPECT_LE(d.end_ns, step + 2000);
+  }
+  EXPECT_EQ(g.download(), g.simulate());
+  graph.run();  // samples again for the second replay
+  EXPECT_EQ(Profiler::global().dispatches().size(), 60u);
+}
+
 }  // namespace
 }  // namespace onepass

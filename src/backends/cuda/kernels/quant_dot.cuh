@@ -1,0 +1,314 @@
+// Decoding of the GGML block formats for the CUDA matrix kernels, written once for the
+// host and the device so the bit manipulation is unit-tested on machines without a GPU
+// (tests/unit/quant_dot_test.cpp compiles this header with the host compiler).
+//
+// The unit of work is 32 weights of one row, matched with 32 activations that were
+// quantized to int8 with one scale (XGroup). For the 32-value formats a unit is one
+// block; for the k-quants it is one of the 8 sub-blocks of a 256-value super-block.
+// Dot products of 4 int8 pairs at a time use dp4a; the offsets of the formats (q - 8,
+// mins, q - 32) are applied with exact sums of the original activations.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "onepass/core/dtype.h"
+#include "onepass/core/half.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define ONEPASS_HD __host__ __device__ __forceinline__
+#else
+#define ONEPASS_HD inline
+#endif
+
+// Unrolling matters on the device only (and the host compiler warns about the pragma).
+#if defined(__CUDA_ARCH__)
+#define ONEPASS_UNROLL _Pragma("unroll")
+#else
+#define ONEPASS_UNROLL
+#endif
+
+namespace onepass::quantdot {
+
+/// 32 activations quantized as x ~ d * q, plus exact sums of the two halves of the
+/// original values (for the formats with offsets).
+struct XGroup {
+  const int8_t* q;  // 32 values, 16-byte aligned
+  float d;
+  float sum_lo;  // values 0..15
+  float sum_hi;  // values 16..31
+};
+
+ONEPASS_HD int dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 4; ++i) {
+    c += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) *
+         static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
+  }
+  return c;
+#endif
+}
+
+ONEPASS_HD uint16_t ld_u16(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint16_t*>(p);
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+
+/// Four bytes from a 2-byte aligned address (every field of every format is).
+ONEPASS_HD uint32_t ld_u32_2(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return uint32_t{h[0]} | (uint32_t{h[1]} << 16);
+#else
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
+
+/// Four int8 activations (4-byte aligned).
+ONEPASS_HD int ld_q4(const int8_t* q, int i) {
+#if defined(__CUDA_ARCH__)
+  return reinterpret_cast<const int*>(q)[i];
+#else
+  int v;
+  std::memcpy(&v, q + 4 * i, 4);
+  return v;
+#endif
+}
+
+ONEPASS_HD float half_bits_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return f16_to_f32(h);
+#endif
+}
+
+/// Scale and min of k-quant sub-block j (q4_k/q5_k), as ops/quant.h documents.
+ONEPASS_HD void kquant_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+template <DType W>
+struct Format;
+
+template <>
+struct Format<DType::q4_0> {
+  static constexpr int kUnits = 1;
+  static constexpr int kBlockBytes = 18;
+  // w = d (q - 8): d * (xd * sum(q * xq) - 8 * sum(x))
+  ONEPASS_HD static float unit_dot(const uint8_t* b, int, const XGroup& x) {
+    const float d = half_bits_to_float(ld_u16(b));
+    int sum = 0;
+ONEPASS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = ld_u32_2(b + 2 + 4 * i);
+      sum = dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_q4(x.q, i), sum);
+      sum = dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_q4(x.q, 4 + i), sum);
+    }
+    return d * (x.d * static_cast<float>(sum) - 8.0f * (x.sum_lo + x.sum_hi));
+  }
+  ONEPASS_HD static void dequant(const uint8_t* b, int, float* out) {
+    const float d = half_bits_to_float(ld_u16(b));
+    for (int j = 0; j < 16; ++j) {
+      const int q = b[2 + j];
+      out[j] = d * static_cast<float>((q & 0xF) - 8);
+      out[j + 16] = d * static_cast<float>((q >> 4) - 8);
+    }
+  }
+};
+
+template <>
+struct Format<DType::q4_1> {
+  static constexpr int kUnits = 1;
+  static constexpr int kBlockBytes = 20;
+  // w = d q + m: d * xd * sum(q * xq) + m * sum(x)
+  ONEPASS_HD static float unit_dot(const uint8_t* b, int, const XGroup& x) {
+    const float d = half_bits_to_float(ld_u16(b));
+    const float m = half_bits_to_float(ld_u16(b + 2));
+    int sum = 0;
+ONEPASS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = ld_u32_2(b + 4 + 4 * i);
+      sum = dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_q4(x.q, i), sum);
+      sum = dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_q4(x.q, 4 + i), sum);
+    }
+    return d * x.d * static_cast<float>(sum) + m * (x.sum_lo + x.sum_hi);
+  }
+  ONEPASS_HD static void dequant(const uint8_t* b, int, float* out) {
+    const float d = half_bits_to_float(ld_u16(b));
+    const float m = half_bits_to_float(ld_u16(b + 2));
+    for (int j = 0; j < 16; ++j) {
+      const int q = b[4 + j];
+      out[j] = d * static_cast<float>(q & 0xF) + m;
+      out[j + 16] = d * static_cast<float>(q >> 4) + m;
+    }
+  }
+};
+
+template <>
+struct Format<DType::q8_0> {
+  static constexpr int kUnits = 1;
+  static constexpr int kBlockBytes = 34;
+  ONEPASS_HD static float unit_dot(const uint8_t* b, int, const XGroup& x) {
+    const float d = half_bits_to_float(ld_u16(b));
+    int sum = 0;
+ONEPASS_UNROLL
+    for (int i = 0; i < 8; ++i) sum = dp4a(static_cast<int>(ld_u32_2(b + 2 + 4 * i)), ld_q4(x.q, i), sum);
+    return d * x.d * static_cast<float>(sum);
+  }
+  ONEPASS_HD static void dequant(const uint8_t* b, int, float* out) {
+    const float d = half_bits_to_float(ld_u16(b));
+    for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+  }
+};
+
+template <>
+struct Format<DType::q4_k> {
+  static constexpr int kUnits = 8;
+  static constexpr int kBlockBytes = 144;
+  // Sub-block u: w = (d sc) q - (dmin mn), q the nibble (u % 2) of qs[32 (u / 2) + l].
+  ONEPASS_HD static float unit_dot(const uint8_t* b, int u, const XGroup& x) {
+    const float d = half_bits_to_float(ld_u16(b));
+    const float dmin = half_bits_to_float(ld_u16(b + 2));
+    int sc, mn;
+    kquant_scale_min(b + 4, u, sc, mn);
+    const uint8_t* qs = b + 16 + 32 * (u >> 1);
+    const int shift = 4 * (u & 1);
+    int sum = 0;
+ONEPASS_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      sum = dp4a(static_cast<int>((ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu), ld_q4(x.q, i), sum);
+    }
+    return (d * static_cast<float>(sc)) * x.d * static_cast<float>(sum) -
+           (dmin * static_cast<float>(mn)) * (x.sum_lo + x.sum_hi);
+  }
+  ONEPASS_HD static void dequant(const uint8_t* b, int u, float* out) {
+    const float d = half_bits_to_float(ld_u16(b));
+    const float dmin = half_bits_to_float(ld_u16(b + 2));
+    int sc, mn;
+    kquant_scale_min(b + 4, u, sc, mn);
+    const uint8_t* qs = b + 16 + 32 * (u >> 1);
+    const int shift = 4 * (u & 1);
+    for (int l = 0; l < 32; ++l) {
+      out[l] = (d * static_cast<float>(sc)) * static_cast<float>((qs[l] >> shift) & 0xF) - dmin * static_cast<float>(mn);
+    }
+  }
+};
+
+template <>
+struct Format<DType::q5_k> {
+  static constexpr int kUnits = 8;
+  static constexpr int kBlockBytes = 176;
+  // As q4_k with a fifth bit: bit u of qh[l].
+  ONEPASS_HD static float unit_dot(const uint8_t* b, int u, const XGroup& x) {
+    const float d = half_bits_to_float(ld_u16(b));
+    const float dmin = half_bits_to_float(ld_u16(b + 2));
+    int sc, mn;
+    kquant_scale_min(b + 4, u, sc, mn);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + 48 + 32 * (u >> 1);
+    const int shift = 4 * (u & 1);
+    int sum = 0;
+ONEPASS_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
+      const uint32_t hi = ((ld_u32_2(qh + 4 * i) >> u) & 0x01010101u) << 4;
+      sum = dp4a(static_cast<int>(lo | hi), ld_q4(x.q, i), sum);
+    }
+    return (d * static_cast<float>(sc)) * x.d * static_cast<float>(sum) -
+           (dmin * static_cast<float>(mn)) * (x.sum_lo + x.sum_hi);
+  }
+  ONEPASS_HD static void dequant(const uint8_t* b, int u, float* out) {
+    const float d = half_bits_to_float(ld_u16(b));
+    const float dmin = half_bits_to_float(ld_u16(b + 2));
+    int sc, mn;
+    kquant_scale_min(b + 4, u, sc, mn);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + 48 + 32 * (u >> 1);
+    const int shift = 4 * (u & 1);
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((qs[l] >> shift) & 0xF) | (((qh[l] >> u) & 1) << 4);
+      out[l] = (d * static_cast<float>(sc)) * static_cast<float>(q) - dmin * static_cast<float>(mn);
+    }
+  }
+};
+
+template <>
+struct Format<DType::q6_k> {
+  static constexpr int kUnits = 8;
+  static constexpr int kBlockBytes = 210;
+  // Values 32 u + l (u = 4 h + s): low bits in ql[64 h + 32 (s & 1) + l] (nibble s / 2),
+  // high 2 bits at bit 2 s of qh[32 h + l]; scales[2 u] for l < 16, scales[2 u + 1] above.
+  // w = (d sc) (q - 32).
+  ONEPASS_HD static float unit_dot(const uint8_t* b, int u, const XGroup& x) {
+    const int h = u >> 2;
+    const int s = u & 3;
+    const uint8_t* ql = b + 64 * h + 32 * (s & 1);
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int lo_shift = 4 * (s >> 1);
+    int sum_a = 0;
+    int sum_b = 0;
+ONEPASS_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (ld_u32_2(ql + 4 * i) >> lo_shift) & 0x0F0F0F0Fu;
+      const uint32_t hi = ((ld_u32_2(qh + 4 * i) >> (2 * s)) & 0x03030303u) << 4;
+      if (i < 4) {
+        sum_a = dp4a(static_cast<int>(lo | hi), ld_q4(x.q, i), sum_a);
+      } else {
+        sum_b = dp4a(static_cast<int>(lo | hi), ld_q4(x.q, i), sum_b);
+      }
+    }
+    const float d = half_bits_to_float(ld_u16(b + 208));
+    const float sc_a = d * static_cast<float>(static_cast<int8_t>(b[192 + 2 * u]));
+    const float sc_b = d * static_cast<float>(static_cast<int8_t>(b[192 + 2 * u + 1]));
+    return x.d * (sc_a * static_cast<float>(sum_a) + sc_b * static_cast<float>(sum_b)) -
+           32.0f * (sc_a * x.sum_lo + sc_b * x.sum_hi);
+  }
+  ONEPASS_HD static void dequant(const uint8_t* b, int u, float* out) {
+    const int h = u >> 2;
+    const int s = u & 3;
+    const uint8_t* ql = b + 64 * h + 32 * (s & 1);
+    const uint8_t* qh = b + 128 + 32 * h;
+    const float d = half_bits_to_float(ld_u16(b + 208));
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((ql[l] >> (4 * (s >> 1))) & 0xF) | (((qh[l] >> (2 * s)) & 3) << 4);
+      const float sc = d * static_cast<float>(static_cast<int8_t>(b[192 + 2 * u + (l >= 16 ? 1 : 0)]));
+      out[l] = sc * static_cast<float>(q - 32);
+    }
+  }
+};
+
+/// Quantizes 32 activations to int8 with scale amax / 127 (host reference of what the
+/// kernels do in shared memory): q = round(x / d).
+inline void quantize_group_host(const float* x, int8_t* q, float& d, float& sum_lo, float& sum_hi) {
+  float amax = 0.0f;
+  sum_lo = 0.0f;
+  sum_hi = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    amax = amax > (x[i] < 0 ? -x[i] : x[i]) ? amax : (x[i] < 0 ? -x[i] : x[i]);
+    (i < 16 ? sum_lo : sum_hi) += x[i];
+  }
+  d = amax / 127.0f;
+  for (int i = 0; i < 32; ++i) {
+    const float v = d > 0.0f ? x[i] / d : 0.0f;
+    q[i] = static_cast<int8_t>(v < 0 ? -static_cast<int>(-v + 0.5f) : static_cast<int>(v + 0.5f));
+  }
+}
+
+}  // namespace onepass::quantdot
