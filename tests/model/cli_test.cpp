@@ -1,0 +1,281 @@
+// The `onepass` command-line tool, run as a process: help, generate, inspect, make-model,
+// bench --json, and one-line errors on bad input. The binary is looked up next to this test
+// binary (both are built into <build>/bin/); the tests skip when it was not built.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "onepass/core/error.h"
+#include "onepass/model/gguf.h"
+
+namespace onepass {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+struct ToolRun {
+  int status = -1;  // exit status
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+fs::path tool_path() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : self.parent_path() / "onepass";
+}
+
+std::string quote(const std::string& arg) {
+  std::string out = "'";
+  for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tool_ = tool_path();
+    if (tool_.empty() || !fs::exists(tool_)) {
+      GTEST_SKIP() << "the onepass binary is not built next to this test (" << tool_
+                   << "); build target onepass_tool";
+    }
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / cat("onepass_cli_", ::getpid(), "_", info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    if (!dir_.empty()) fs::remove_all(dir_, ignored);
+  }
+
+  // Runs the tool with `args`, capturing stdout and stderr separately.
+  ToolRun run(const std::vector<std::string>& args) const {
+    const fs::path err_file = dir_ / "stderr.txt";
+    std::string command = quote(tool_.string());
+    for (const std::string& a : args) command += " " + quote(a);
+    command += " 2>" + quote(err_file.string());
+    ToolRun r;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return r;
+    char buffer[4096];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.out.append(buffer, n);
+    const int status = ::pclose(pipe);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream in(err_file);
+    r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return r;
+  }
+
+  // A tiny random model made by the tool itself.
+  fs::path make_tiny(const std::string& type = "q8_0") const {
+    const fs::path file = dir_ / cat("tiny_", type, ".gguf");
+    const ToolRun r = run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "2",
+                           "--heads", "4", "--kv-heads", "2", "--vocab", "1024", "--type", type,
+                           "--seed", "3", "-o", file.string()});
+    EXPECT_EQ(r.status, 0) << r.err;
+    return file;
+  }
+
+  fs::path tool_;
+  fs::path dir_;
+};
+
+// Exactly one line on stderr, of the form "[where] what".
+void expect_one_error_line(const ToolRun& r, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_NE(r.status, 0);
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+  EXPECT_TRUE(std::regex_search(err, std::regex(R"(^\[[^\]]+\] \S)"))) << err;
+}
+
+TEST_F(CliTest, HelpOfEveryCommand) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--help"},
+                                             {"generate", "--help"},
+                                             {"bench", "--help"},
+                                             {"inspect", "--help"},
+                                             {"make-model", "--help"}}) {
+    const ToolRun r = run(args);
+    EXPECT_EQ(r.status, 0) << args[0] << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage:"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(run({}).status, 0);  // a subcommand is required
+  EXPECT_NE(run({"generate", "--no-such-option"}).status, 0);
+}
+
+TEST_F(CliTest, GenerateWithTheDefaultModel) {
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " not installed (scripts/setup)";
+  const ToolRun r = run({"generate", "-p", "The capital of France is", "-n", "8", "--temp", "0",
+                         "--seed", "1", "--backend", "cpu"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::printf("[cli] generate: %s%s", r.out.c_str(), r.err.c_str());
+  EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(prompt: \d+ tokens, [\d.]+ tok/s; generation: \d+ tokens, )")))
+      << r.err;
+
+  // Chat mode through the model's template answers the question.
+  const ToolRun chat = run({"generate", "--chat", "-p", "What is the capital of France?", "-n",
+                            "24", "--temp", "0", "--backend", "cpu"});
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_NE(chat.out.find("Paris"), std::string::npos) << chat.out;
+}
+
+TEST_F(CliTest, InspectPrintsTensorsAndTotals) {
+  const fs::path tiny = make_tiny();
+  const ToolRun r = run({"inspect", tiny.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const GgufFile f = GgufFile::open(tiny);
+  EXPECT_NE(r.out.find(cat("tensors: ", f.tensors().size(), "\n")), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("general.architecture = \"llama\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blk.1.ffn_down.weight"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(cat("file size: ")), std::string::npos) << r.out;
+
+  if (fs::exists(kDefaultModel)) {
+    const ToolRun d = run({"inspect", "--no-tensors", kDefaultModel});
+    ASSERT_EQ(d.status, 0) << d.err;
+    EXPECT_NE(d.out.find(cat("tensors: ", GgufFile::open(kDefaultModel).tensors().size(), "\n")),
+              std::string::npos)
+        << d.out;
+    EXPECT_NE(d.out.find("tokenizer.ggml.tokens = [49152 x string"), std::string::npos) << d.out;
+  }
+}
+
+// A minimal mlx-lm directory: config.json and one safetensors file with a quantised layer.
+TEST_F(CliTest, InspectMlxDirectory) {
+  const fs::path mlx = dir_ / "mlx";
+  fs::create_directories(mlx);
+  std::ofstream(mlx / "config.json")
+      << R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
+      "vocab_size": 64, "intermediate_size": 64, "num_attention_heads": 4,
+      "quantization": {"group_size": 32, "bits": 4}})";
+  struct Entry {
+    const char* name;
+    const char* dtype;
+    std::vector<int64_t> shape;
+    size_t bytes;
+  };
+  const std::vector<Entry> entries = {
+      {"model.embed_tokens.weight", "F16", {64, 32}, 64 * 32 * 2},
+      {"model.layers.0.self_attn.q_proj.weight", "U32", {32, 4}, 32 * 4 * 4},
+      {"model.layers.0.self_attn.q_proj.scales", "F16", {32, 1}, 32 * 2},
+      {"model.layers.0.self_attn.q_proj.biases", "F16", {32, 1}, 32 * 2},
+      {"model.norm.weight", "F32", {32}, 32 * 4}};
+  nlohmann::json header = nlohmann::json::object();
+  size_t offset = 0;
+  for (const Entry& e : entries) {
+    header[e.name] = {
+        {"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
+    offset += e.bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  {
+    std::ofstream out(mlx / "model.safetensors", std::ios::binary);
+    const uint64_t length = text.size();
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out << text << std::string(offset, '\x11');
+  }
+  const ToolRun r = run({"inspect", mlx.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("format: MLX"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"hidden_size\": 32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantization: affine 4-bit, group 32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensors: 5\n"), std::string::npos) << r.out;
+  // 64 x 32 embedding + 32 x 32 quantised layer + 32 norm weights; scales and biases are storage.
+  EXPECT_NE(r.out.find("parameters: 3,104 "), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, MakeModelThenGenerate) {
+  const fs::path tiny = make_tiny("q4_0");
+  ASSERT_TRUE(fs::exists(tiny));
+  const ToolRun r = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "6", "--seed",
+                         "4", "--backend", "cpu"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(generation: \d+ tokens)"))) << r.err;
+  // Same seed, same text.
+  const ToolRun again = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "6",
+                             "--seed", "4", "--backend", "cpu"});
+  EXPECT_EQ(again.out, r.out);
+
+  // The dry run plans the same file size that was written.
+  const ToolRun plan =
+      run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "2", "--heads", "4",
+           "--kv-heads", "2", "--vocab", "1024", "--type", "q4_0", "--seed", "3", "--dry-run"});
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  std::string digits = std::to_string(fs::file_size(tiny));
+  std::string grouped;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  EXPECT_NE(plan.out.find("file size: " + grouped + " bytes"), std::string::npos) << plan.out;
+}
+
+TEST_F(CliTest, BenchJson) {
+  const fs::path tiny = make_tiny();
+  const ToolRun r = run({"bench", "-m", tiny.string(), "--backend", "cpu", "--prefill", "16",
+                         "--decode", "8", "--reps", "2", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  for (const char* key :
+       {"model", "backend", "device", "prefill_tok_s", "decode_tok_s", "host_us_per_step",
+        "dispatches_per_token", "dispatches_per_layer", "weight_bytes", "kv_bytes_per_token",
+        "bytes_per_token", "copy_bandwidth_gb_s", "floor_tok_s", "floor_fraction"}) {
+    EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
+  }
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["prefill_tokens"], 16);
+  EXPECT_EQ(j["decode_tokens"], 8);
+  EXPECT_GT(j["prefill_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["copy_bandwidth_gb_s"].get<double>(), 0.0);
+  EXPECT_GT(j["dispatches_per_token"].get<int64_t>(), 0);
+  EXPECT_EQ(j["bytes_per_token"].get<uint64_t>(),
+            j["weight_bytes"].get<uint64_t>() + j["kv_bytes_per_token"].get<uint64_t>());
+}
+
+TEST_F(CliTest, BadInputIsOneErrorLine) {
+  const fs::path tiny = make_tiny();
+  const fs::path corrupt = dir_ / "corrupt.gguf";
+  {
+    std::ofstream out(corrupt, std::ios::binary);
+    out << "GGUF\x03";  // a header cut short
+    out << std::string(11, '\xff');
+  }
+  expect_one_error_line(run({"generate", "-m", (dir_ / "missing.gguf").string()}), "missing file");
+  expect_one_error_line(run({"generate", "-m", tiny.string(), "--backend", "tpu"}),
+                        "unknown backend");
+  expect_one_error_line(run({"generate", "-m", tiny.string(), "-n", "-1"}), "-n -1");
+  expect_one_error_line(run({"generate", "-m", corrupt.string()}), "corrupt file (generate)");
+  expect_one_error_line(run({"inspect", corrupt.string()}), "corrupt file (inspect)");
+  expect_one_error_line(run({"bench", "-m", corrupt.string()}), "corrupt file (bench)");
+  expect_one_error_line(run({"make-model", "llama-70b", "-o", (dir_ / "x.gguf").string()}),
+                        "unknown shape");
+  expect_one_error_line(run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "1",
+                             "--heads", "3", "--vocab", "1024", "-o", (dir_ / "y.gguf").string()}),
+                        "heads do not divide hidden");
+  expect_one_error_line(run({"make-model", "llama-1b", "--type", "q3_k", "--dry-run"}),
+                        "unknown type");
+  expect_one_error_line(run({"generate", "-m", tiny.string(), "--top-p", "1.5"}), "bad top-p");
+  EXPECT_FALSE(fs::exists(dir_ / "x.gguf"));
+  EXPECT_FALSE(fs::exists(dir_ / "y.gguf"));
+}
+
+}  // namespace
+}  // namespace onepass

@@ -1,0 +1,73 @@
+// Shared pieces of the `onepass` command-line tool: subcommand registration, model and
+// backend lookup, the stderr progress line, number formatting.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "onepass/exec/backend.h"
+
+namespace onepass::cli {
+
+/// A subcommand: its CLI11 app and what to run when it was given. `run` throws
+/// onepass::Error on failure and returns the exit status.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_generate_command(CLI::App& parent);
+Command add_inspect_command(CLI::App& parent);
+Command add_make_model_command(CLI::App& parent);
+Command add_bench_command(CLI::App& parent);
+
+/// The model installed by scripts/setup, relative to the repository root.
+inline constexpr std::string_view kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// `given` when not empty; otherwise the default model, looked up relative to the current
+/// directory and to the executable's ../../models/ (build*/bin/onepass in a checkout).
+/// Throws Error (naming `command`) saying how to get it when it is nowhere.
+std::filesystem::path resolve_model(const std::string& given, std::string_view command);
+
+/// "cpu: cpu (2 threads)" / "cuda: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)".
+std::string describe_device(const Backend& backend);
+
+/// A status line on stderr, redrawn in place ("\r...\033[K"). Drawn only when stderr is a
+/// terminal, so logs and tests see no carriage returns; at most ~20 redraws a second.
+class ProgressLine {
+ public:
+  void show(const std::string& text, bool force = false);
+  /// Erases the line (if drawn).
+  void clear();
+  ~ProgressLine() { clear(); }
+
+ private:
+  bool drawn_ = false;
+  int64_t last_ns_ = 0;
+};
+
+/// Erases any progress line still drawn (before an error message is printed).
+void clear_progress_lines();
+
+/// 97.8 MB / 2.48 GB (powers of 1000, as model sizes are quoted).
+std::string format_bytes(uint64_t bytes);
+/// 134.5M / 1.24B / 35.3K.
+std::string format_count(uint64_t count);
+/// 98,362,432.
+std::string format_grouped(uint64_t value);
+/// printf into a std::string.
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/// Median of `values` (0 when empty).
+double median(std::vector<double> values);
+/// Seconds since an arbitrary epoch (steady clock).
+double now_seconds();
+
+}  // namespace onepass::cli

@@ -1,0 +1,191 @@
+// onepass generate: stream a completion (or a chat answer) of a prompt.
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "onepass/backends/factory.h"
+#include "onepass/core/error.h"
+#include "onepass/model/chat.h"
+#include "onepass/model/llama.h"
+#include "onepass/model/loader.h"
+#include "onepass/model/sampler.h"
+#include "onepass/model/tokenizer.h"
+
+namespace onepass::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt = "Once upon a time";
+  std::string system;
+  int64_t tokens = 128;
+  bool chat = false;
+  bool echo = false;
+  bool verbose = false;
+  std::string backend = "auto";
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  int64_t context = 0;
+};
+
+int run_generate(const GenerateArgs& args) {
+  const char* where = "generate";
+  check(args.tokens >= 0, where, "-n/--tokens must be at least 0, got ", args.tokens);
+  check(args.context >= 0, where, "--ctx must be positive (or 0 for prompt + tokens), got ",
+        args.context);
+  model::SamplerOptions sampling{.temperature = args.temperature,
+                                 .top_k = args.top_k,
+                                 .top_p = args.top_p,
+                                 .seed = args.seed_given ? args.seed : std::random_device{}()};
+  sampling.validate();
+  // Parse the backend name before the (slow) model load, so a typo fails at once.
+  const BackendChoice choice = parse_backend_choice(args.backend);
+  const std::filesystem::path path = resolve_model(args.model, where);
+
+  const std::unique_ptr<model::ModelSource> source = model::open_model(path);
+  const std::optional<TokenizerData> vocab = source->tokenizer_data();
+  check(vocab.has_value(), where, source->describe(),
+        " has no vocabulary (tokenizer.ggml.*); generate needs one");
+  const Tokenizer tokenizer(*vocab);
+
+  std::string text = args.prompt;
+  if (args.chat) {
+    std::vector<ChatMessage> messages;
+    if (!args.system.empty()) messages.push_back({"system", args.system});
+    messages.push_back({"user", args.prompt});
+    text = render_chat(detect_chat_format(tokenizer), messages);
+  }
+  const std::vector<int32_t> prompt = tokenizer.encode(text);
+  check(!prompt.empty(), where,
+        "the prompt is empty and the vocabulary adds no BOS token; pass -p TEXT");
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  // Enough for the prompt and every requested token unless --ctx says otherwise.
+  const int64_t context =
+      args.context > 0 ? args.context : prompt_tokens + std::max<int64_t>(args.tokens, 1);
+  check(prompt_tokens <= context, where, "the prompt has ", prompt_tokens,
+        " tokens, more than the context of ", context, " (--ctx)");
+
+  const std::shared_ptr<Backend> backend = make_backend(choice);
+  ProgressLine progress;
+  const double load_start = now_seconds();
+  model::LoadOptions load;
+  load.context = context;
+  load.progress = [&](double fraction, const std::string& name) {
+    progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
+  };
+  model::LlamaModel llama(backend, *source, load);
+  progress.clear();
+  if (args.verbose) {
+    std::fprintf(stderr, "model: %s (%s)\ndevice: %s\nloaded in %.2f s; context %lld tokens; %s\n",
+                 source->describe().c_str(), source->config().describe().c_str(),
+                 describe_device(*backend).c_str(), now_seconds() - load_start,
+                 static_cast<long long>(context),
+                 sampling.greedy() ? "greedy"
+                                   : format("temperature %.2f, top-k %d, top-p %.2f, seed %llu",
+                                            sampling.temperature, sampling.top_k, sampling.top_p,
+                                            static_cast<unsigned long long>(sampling.seed))
+                                         .c_str());
+  }
+  if (args.echo) {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+  model::Sampler sampler(sampling);
+  const bool greedy = sampling.greedy();
+  // Continuing the prompt: keep the space before the first generated word.
+  Detokenizer detokenizer(tokenizer, {.render_special = false, .strip_space_prefix = false});
+
+  const double prefill_start = now_seconds();
+  const std::span<const float> logits = llama.prefill(prompt);
+  int32_t next = greedy ? model::argmax(logits) : sampler.sample(logits);
+  const double prefill_seconds = now_seconds() - prefill_start;
+
+  const double decode_start = now_seconds();
+  int64_t generated = 0;
+  int64_t decode_steps = 0;
+  bool context_full = false;
+  while (generated < args.tokens && !tokenizer.is_end_of_generation(next)) {
+    const std::string piece = detokenizer.push(next);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    ++generated;
+    if (generated == args.tokens) break;
+    if (llama.position() >= llama.context()) {
+      context_full = true;
+      break;
+    }
+    // Greedy decoding takes the argmax on the device: no logits download.
+    next = greedy ? llama.decode_greedy(next) : sampler.sample(llama.decode(next));
+    ++decode_steps;
+  }
+  const double decode_seconds = now_seconds() - decode_start;
+  const std::string rest = detokenizer.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+
+  if (context_full) {
+    std::fprintf(
+        stderr,
+        "[generate] stopped after %lld tokens: the context of %lld tokens is full (--ctx)\n",
+        static_cast<long long>(generated), static_cast<long long>(context));
+  }
+  const std::string generation_rate =
+      decode_steps > 0 ? format("%.1f tok/s", static_cast<double>(decode_steps) / decode_seconds)
+                       : "- tok/s";
+  std::fprintf(stderr, "prompt: %lld tokens, %.0f tok/s; generation: %lld tokens, %s\n",
+               static_cast<long long>(prompt_tokens),
+               static_cast<double>(prompt_tokens) / prefill_seconds,
+               static_cast<long long>(generated), generation_rate.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate_command(CLI::App& parent) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* app =
+      parent.add_subcommand("generate", "Generate text from a prompt, streamed to stdout");
+  app->footer(
+      cat("Sampling: temperature 0 (or --top-k 1) is greedy and takes the argmax on the device; "
+          "the defaults\n"
+          "(temperature 0.8, top-k 40, top-p 0.95, as llama.cpp) sample with a random seed unless "
+          "--seed is\n"
+          "given. Without -m the default model ",
+          kDefaultModel,
+          " is used (installed by scripts/setup).\nThe generation speed counts decode steps "
+          "(the first token comes from the prompt pass)."));
+  app->add_option("-m,--model", args->model,
+                  "GGUF file or MLX directory (default: the SmolLM2-135M-Instruct Q4_1 model)");
+  app->add_option("-p,--prompt", args->prompt, "Prompt text")->capture_default_str();
+  app->add_option("-n,--tokens", args->tokens, "Tokens to generate at most")->capture_default_str();
+  app->add_flag("--chat", args->chat,
+                "Wrap the prompt in the model's chat template as a user message");
+  app->add_option("--system", args->system, "System message for --chat");
+  app->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  app->add_option("--temp", args->temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  app->add_option("--top-k", args->top_k, "Keep the k most likely tokens; 0 = all")
+      ->capture_default_str();
+  app->add_option("--top-p", args->top_p, "Keep the smallest set reaching probability p; 1 = all")
+      ->capture_default_str();
+  CLI::Option* seed = app->add_option("--seed", args->seed, "Sampling seed (default: random)");
+  app->add_option("--ctx", args->context,
+                  "KV-cache capacity in tokens (default 0: prompt + tokens)")
+      ->capture_default_str();
+  app->add_flag("--echo", args->echo, "Print the prompt (as given to the model) before the answer");
+  app->add_flag("-v,--verbose", args->verbose, "Describe the model, device and sampling on stderr");
+  return {app, [args, seed] {
+            args->seed_given = seed->count() > 0;
+            return run_generate(*args);
+          }};
+}
+
+}  // namespace onepass::cli
