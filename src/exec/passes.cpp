@@ -61,8 +61,11 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     if (c_index < 0) continue;
     const size_t c = static_cast<size_t>(c_index);
     const Dispatch& consumer = *as_dispatch(nodes[c]);
-    // The consumer must read exactly the intermediate and not write it.
-    if (std::find(consumer.reads.begin(), consumer.reads.end(), w) == consumer.reads.end()) continue;
+    // Whatever the consumer reads of the intermediate must lie within it (the fused
+    // kernel computes those values itself), and it must not write it.
+    bool reads_inside = true;
+    for (const MemRange& r : consumer.reads) reads_inside = reads_inside && (!r.overlaps(w) || w.contains(r));
+    if (!reads_inside) continue;
     if (overlaps_any(w, consumer.writes)) continue;
     if (any_overlap(consumer.writes, producer->reads)) continue;
     // Unless the fused kernel still writes it, the producer's value must be dead after
@@ -87,7 +90,7 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
       if (!fused) continue;
       fused->reads = producer->reads;
       for (const MemRange& r : consumer.reads) {
-        if (!(r == w)) fused->reads.push_back(r);
+        if (!r.overlaps(w)) fused->reads.push_back(r);
       }
       fused->writes = consumer.writes;
       if (rule.keeps_intermediate) fused->writes.insert(fused->writes.begin(), w);

@@ -16,8 +16,8 @@ namespace onepass {
 inline constexpr size_t kReorderLookahead = 64;
 
 /// Fuses producer -> consumer pairs named by `rules`. A pair is fused when: the producer
-/// declares exactly one write W; the first later node touching W is the consumer, which
-/// reads exactly W and does not write it; W is dead after the consumer (the next node
+/// declares exactly one write W; the first later node touching W is the consumer, whose
+/// reads of W lie within W (it may read parts of it) and which does not write it; W is dead after the consumer (the next node
 /// touching W overwrites all of it without reading it, or none follows) and lies in none
 /// of `keep` (graph outputs); no node in between writes what the producer reads; and the
 /// consumer's writes overlap none of the producer's reads. So scratch buffers reused by

@@ -96,13 +96,28 @@ struct DispatchTiming {
   DispatchSample sample;
 };
 
+// Records the per-dispatch samples of a finished run: times relative to `start`.
+void record_dispatch_timings(std::vector<DispatchTiming>& timings, cudaEvent_t start, const std::string& label,
+                             bool keep) {
+  for (DispatchTiming& t : timings) {
+    DispatchSample sample = t.sample;
+    if (auto s = elapsed_ns(start, t.start->event)) sample.start_ns = *s;
+    if (auto e = elapsed_ns(start, t.end->event)) sample.end_ns = *e;
+    sample.submission = label;
+    Profiler::global().record_dispatch(std::move(sample));
+  }
+  if (!keep) timings.clear();
+}
+
 class CudaExecutable final : public Executable {
  public:
   CudaExecutable(CudaBackend& backend, cudaGraphExec_t exec, size_t dispatches,
-                 std::vector<std::shared_ptr<Buffer>> keep_alive, std::string label)
+                 std::vector<std::shared_ptr<Buffer>> keep_alive, std::string label,
+                 std::vector<DispatchTiming> timings)
       : backend_(backend), exec_(exec), dispatches_(dispatches), keep_alive_(std::move(keep_alive)),
-        label_(std::move(label)) {
-    timing_ = backend.options().profile_submissions;
+        label_(std::move(label)), timings_(std::move(timings)) {
+    // Per-dispatch times are relative to the run's start event.
+    timing_ = backend.options().profile_submissions || !timings_.empty();
   }
   ~CudaExecutable() override {
     if (launched_) ONEPASS_CUDA_WARN(cudaStreamSynchronize(backend_.stream()));
@@ -135,13 +150,18 @@ class CudaExecutable final : public Executable {
     if (timed_last_ && backend_.options().profile_submissions) {
       if (auto ns = gpu_time_ns()) Profiler::global().record_submission({label_.empty() ? "replay" : label_, *ns});
     }
+    if (timed_last_ && !timings_.empty()) {
+      record_dispatch_timings(timings_, start_->event, label_.empty() ? "replay" : label_, true);
+    }
   }
 
   std::optional<uint64_t> gpu_time_ns() const override {
     if (!timed_last_ || !start_) return std::nullopt;
     return elapsed_ns(start_->event, end_->event);
   }
-  void set_timing(bool on) override { timing_ = on || backend_.options().profile_submissions; }
+  void set_timing(bool on) override {
+    timing_ = on || backend_.options().profile_submissions || !timings_.empty();
+  }
   size_t dispatch_count() const override { return dispatches_; }
 
  private:
@@ -161,6 +181,7 @@ class CudaExecutable final : public Executable {
   bool timed_last_ = false;
   bool launched_ = false;
   std::unique_ptr<Event> start_, end_;
+  std::vector<DispatchTiming> timings_;
 };
 
 class CudaSubmission final : public Submission {
@@ -247,13 +268,7 @@ class CudaSubmission final : public Submission {
     if (!launched_ || waited_) return;
     wait_event(end_->event, label_);
     waited_ = true;
-    for (DispatchTiming& t : timings_) {
-      if (auto s = elapsed_ns(start_->event, t.start->event)) t.sample.start_ns = *s;
-      if (auto e = elapsed_ns(start_->event, t.end->event)) t.sample.end_ns = *e;
-      t.sample.submission = label_;
-      Profiler::global().record_dispatch(std::move(t.sample));
-    }
-    timings_.clear();
+    record_dispatch_timings(timings_, start_->event, label_, false);
     keep_alive_.clear();
   }
 
@@ -271,7 +286,7 @@ class CudaSubmission final : public Submission {
     ONEPASS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph_, 0));
     ONEPASS_CUDA_CHECK(cudaGraphUpload(exec, backend_.stream()));
     return std::make_unique<CudaExecutable>(backend_, exec, kernel_nodes_.size(), std::move(keep_alive_),
-                                            label_);
+                                            label_, std::move(timings_));
   }
 
   size_t dispatch_count() const override { return dispatches_; }
@@ -347,11 +362,24 @@ class CudaSubmission final : public Submission {
     params.kernel.sharedMemBytes = d.dims.shared_bytes;
     void* args[1] = {const_cast<void*>(d.args_data())};
     params.kernel.kernelParams = args;
+    // Profiling: an event recorded before (after the kernel's dependencies) and after
+    // each kernel gives per-dispatch GPU timestamps inside the graph.
+    const bool profile = backend_.options().profile_dispatches;
+    std::vector<cudaGraphNode_t> kernel_deps = deps;
+    DispatchTiming timing;
+    if (profile) {
+      timing.start = std::make_unique<Event>();
+      timing.end = std::make_unique<Event>();
+      cudaGraphNode_t before = nullptr;
+      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&before, graph_, deps.empty() ? nullptr : deps.data(),
+                                                     deps.size(), timing.start->event));
+      kernel_deps = {before};
+    }
     // Programmatic edges let a PDL-aware kernel launch while its single kernel
     // predecessor finishes; it waits (griddepcontrol.wait) before touching memory.
     const bool programmatic =
-        d.kernel->pdl && backend_.options().pdl && deps.size() == 1 && deps_are_kernels;
-    std::vector<cudaGraphEdgeData> edges(deps.size());
+        !profile && d.kernel->pdl && backend_.options().pdl && deps.size() == 1 && deps_are_kernels;
+    std::vector<cudaGraphEdgeData> edges(kernel_deps.size());
     for (cudaGraphEdgeData& e : edges) {
       std::memset(&e, 0, sizeof e);
       if (programmatic) {
@@ -360,8 +388,20 @@ class CudaSubmission final : public Submission {
       }
     }
     cudaGraphNode_t node = nullptr;
-    ONEPASS_CUDA_CHECK(cudaGraphAddNode(&node, graph_, deps.empty() ? nullptr : deps.data(),
-                                        deps.empty() ? nullptr : edges.data(), deps.size(), &params));
+    ONEPASS_CUDA_CHECK(cudaGraphAddNode(&node, graph_, kernel_deps.empty() ? nullptr : kernel_deps.data(),
+                                        kernel_deps.empty() ? nullptr : edges.data(), kernel_deps.size(), &params));
+    if (profile) {
+      cudaGraphNode_t after = nullptr;
+      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&after, graph_, &node, 1, timing.end->event));
+      timing.sample.kernel = d.name();
+      timing.sample.label = d.label;
+      timing.sample.op_kind = d.op_kind;
+      timing.sample.index = static_cast<uint32_t>(kernel_nodes_.size());
+      for (const MemRange& r : d.reads) timing.sample.bytes_read += r.size();
+      for (const MemRange& r : d.writes) timing.sample.bytes_written += r.size();
+      timing.sample.dims = d.dims;
+      timings_.push_back(std::move(timing));
+    }
     // Topology key: kernel, launch shape and dependency structure (arguments excluded:
     // a graph differing only in arguments is updated in place).
     key_ = mix_hash(key_, reinterpret_cast<uint64_t>(d.kernel->cuda));

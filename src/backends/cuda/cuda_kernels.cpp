@@ -9,6 +9,16 @@ void register_cuda_kernels(KernelRegistry& registry) {
   register_elementwise_cuda_kernels(registry);
   register_norm_cuda_kernels(registry);
   register_copy_cuda_kernels(registry);
+  register_activation_cuda_kernels(registry);
+  register_softmax_cuda_kernels(registry);
+  register_rope_cuda_kernels(registry);
+  register_kv_cache_cuda_kernels(registry);
+  register_argmax_cuda_kernels(registry);
+  register_attention_cuda_kernels(registry);
+  register_matmul_cuda_kernels(registry);
+  register_embedding_cuda_kernels(registry);
+  register_affine_cuda_kernels(registry);
+  register_matmul_id_cuda_kernels(registry);
   register_test_cuda_kernels(registry);
   register_fault_cuda_kernel(registry);
 }

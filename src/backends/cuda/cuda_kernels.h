@@ -8,6 +8,16 @@ namespace onepass::cuda {
 void register_elementwise_cuda_kernels(KernelRegistry& registry);
 void register_norm_cuda_kernels(KernelRegistry& registry);
 void register_copy_cuda_kernels(KernelRegistry& registry);
+void register_activation_cuda_kernels(KernelRegistry& registry);
+void register_softmax_cuda_kernels(KernelRegistry& registry);
+void register_rope_cuda_kernels(KernelRegistry& registry);
+void register_kv_cache_cuda_kernels(KernelRegistry& registry);
+void register_argmax_cuda_kernels(KernelRegistry& registry);
+void register_attention_cuda_kernels(KernelRegistry& registry);
+void register_matmul_cuda_kernels(KernelRegistry& registry);
+void register_embedding_cuda_kernels(KernelRegistry& registry);
+void register_affine_cuda_kernels(KernelRegistry& registry);
+void register_matmul_id_cuda_kernels(KernelRegistry& registry);
 void register_test_cuda_kernels(KernelRegistry& registry);
 void register_fault_cuda_kernel(KernelRegistry& registry);
 

@@ -1,0 +1,638 @@
+// CUDA kernels: sdpa_<C>, flash_decode_<C> (per-chunk partials) and flash_decode_merge,
+// for KV caches of type C in f32, f16, bf16. q, out, scores and sums are f32.
+//
+// sdpa and flash_decode share one block-level routine. A block (4 warps) owns one query
+// head and a key range; warp w takes the 64-key tiles w, w + warps, ... of the range
+// (for flash_decode: one tile of the 256-key chunk) and keeps its own online softmax
+// state (max m, sum l, accumulator). Each warp streams its keys through a private ring
+// of shared-memory stages filled with 16-byte cp.async copies, so that the bytes in
+// flight do not depend on registers; `lanes` lanes share one key, each holding 16 bytes
+// of the row, and the q . k partial sums of 4 keys are reduced over those lanes with a
+// transposed shuffle reduction. At the end the warps' states are merged in shared
+// memory. Rows that are not 16-byte words, or longer than 32 words, take a scalar path.
+#include <cstring>
+
+#include "common.cuh"
+#include "onepass/ops/attention.h"
+#include "registration.h"
+
+namespace onepass::cuda {
+namespace {
+
+constexpr int kMaxWarps = 4;  // blockDim.x <= 128: the op launches 128 (registered max)
+constexpr int kMaxThreads = kMaxWarps * 32;
+constexpr int kWarpKeys = 64;  // keys per warp tile: a 256-key chunk is one tile per warp
+constexpr int kMaxHeadDim = 512;
+constexpr int kStages = 3;         // depth of each warp's copy ring
+constexpr int kStageBytes = 2048;  // K rows of one stage (and as many V bytes)
+constexpr int kWarpBytes = kStages * 2 * kStageBytes;
+constexpr int kMaxKeysPerGroup = 4;  // keys of one stage per lane group
+
+// Shared memory of one attention block: 12 KB per warp (48 KB, the static limit). While
+// a warp walks its keys the region is its ring of K/V stages; afterwards it holds the
+// warp's state: acc [0, head_dim) at float 0, m and l at floats kMaxHeadDim and +1.
+struct AttentionShared {
+  struct alignas(16) Region {
+    unsigned char bytes[kWarpBytes];
+  };
+  Region warp[kMaxWarps];
+
+  __device__ __forceinline__ float* acc(int w) { return reinterpret_cast<float*>(warp[w].bytes); }
+  __device__ __forceinline__ float* state(int w) { return acc(w) + kMaxHeadDim; }       // m, l
+  __device__ __forceinline__ float* scores(int w) { return acc(w) + kMaxHeadDim + 4; }  // fallback
+  __device__ __forceinline__ uint4* ring_k(int w, int slot) {
+    return reinterpret_cast<uint4*>(warp[w].bytes + slot * 2 * kStageBytes);
+  }
+  __device__ __forceinline__ uint4* ring_v(int w, int slot) {
+    return reinterpret_cast<uint4*>(warp[w].bytes + slot * 2 * kStageBytes + kStageBytes);
+  }
+};
+static_assert(sizeof(AttentionShared) <= 48 * 1024, "static shared memory limit");
+static_assert((kMaxHeadDim + 4 + kWarpKeys) * sizeof(float) <= kWarpBytes,
+              "warp state fits its region");
+
+// kVec = 16 / sizeof(S) consecutive cache values as f32, from one 16-byte word.
+template <DType C>
+struct CacheVec {
+  using S = typename Elem<C>::storage;
+  static constexpr int kVec = 16 / sizeof(S);
+
+  __device__ __forceinline__ static void convert(const uint4& r, float (&f)[kVec]) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (C == DType::f32) {
+        f[k] = __uint_as_float(w[k]);
+      } else if constexpr (C == DType::f16) {
+        __half2 h;
+        std::memcpy(&h, &w[k], sizeof(h));
+        const float2 t = __half22float2(h);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+      } else {  // bf16: the value at the lower address sits in the low half-word
+        f[2 * k] = __uint_as_float(w[k] << 16);
+        f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+      }
+    }
+  }
+};
+
+// Asynchronous 16-byte global -> shared copies (sm_80+), in per-thread commit groups.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most kPending of this thread's newest groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// One warp's online softmax over its keys, streamed through a ring of kStages shared
+// memory stages filled by cp.async, so that about 8 KB of K and V per warp are in flight
+// whatever the register budget. `lanes` lanes share a key, lane `sub` holding 16-byte
+// word `sub` of the row (lanes with sub >= vecs idle); a stage holds 2 or 4 keys per
+// group, key t of the group being key group + t * groups of the stage.
+template <DType C>
+struct WarpAttention {
+  using Vec = CacheVec<C>;
+  using S = typename Vec::S;
+  static constexpr int kVec = Vec::kVec;
+  static constexpr int kCopies = kStageBytes / 16 / 32;  // 16-byte copies per lane and stage
+
+  int lanes;       // lanes per key: the smallest power of two >= vecs (vecs <= 32)
+  int groups;      // keys per warp step: 32 / lanes
+  int sub;         // lane within its group: the word of the row it holds
+  int group;       // which key of a step this lane works on
+  int vecs;        // head_dim / kVec: 16-byte words per row
+  int stage_keys;  // keys per stage: a power of two, 2 or 4 per group, at most kWarpKeys
+  bool active;     // sub < vecs
+  float q[kVec];
+  float acc[kVec];      // sum of p * v over this group's keys, for this lane's word
+  float m = -INFINITY;  // max scaled score so far (the same on every lane)
+  float l = 0.0f;       // sum of exp(score - m) over this group's keys
+  // Copy i of a stage moves word c = lane + 32 i: word c % vecs of key c / vecs.
+  int copy_key[kCopies];
+  int64_t copy_k[kCopies];  // its element offset from the stage's first K row
+  int64_t copy_v[kCopies];
+
+  // Needs head_dim % kVec == 0 and head_dim <= 32 * kVec.
+  __device__ __forceinline__ void init(const float* q_row, int head_dim, int64_t k_stride,
+                                       int64_t v_stride, int lane) {
+    vecs = head_dim / kVec;
+    lanes = 1;
+    while (lanes < vecs) lanes <<= 1;
+    groups = 32 / lanes;
+    sub = lane & (lanes - 1);
+    group = lane / lanes;
+    active = sub < vecs;
+    // The largest power of two of keys whose rows fit kStageBytes: then
+    // stage_keys * lanes is 128 (64 for lanes = 1), i.e. 4 (2) keys per group.
+    stage_keys = 1;
+    while (stage_keys * 2 <= kWarpKeys && stage_keys * 2 * vecs * 16 <= kStageBytes)
+      stage_keys <<= 1;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int c = lane + 32 * i;
+      copy_key[i] = c / vecs;
+      const int word = c - copy_key[i] * vecs;
+      copy_k[i] = copy_key[i] * k_stride + word * kVec;
+      copy_v[i] = copy_key[i] * v_stride + word * kVec;
+    }
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      q[e] = active ? q_row[sub * kVec + e] : 0.0f;
+      acc[e] = 0.0f;
+    }
+  }
+
+  // Starts the copies of `count` K and V rows (count <= stage_keys) from the rows at
+  // k_rows / v_rows into one ring slot: word c of the slot is word c % vecs of key c / vecs.
+  __device__ __forceinline__ void issue(uint4* ring_k, uint4* ring_v, const S* k_rows,
+                                        const S* v_rows, int count, int lane) const {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if (copy_key[i] < count) {
+        copy_async_16(ring_k + lane + 32 * i, k_rows + copy_k[i]);
+        copy_async_16(ring_v + lane + 32 * i, v_rows + copy_v[i]);
+      }
+    }
+  }
+
+  // Folds the `count` keys of a landed stage into the state; kFull: count == stage_keys
+  // (no key checks beyond the stage's own size).
+  template <bool kFull>
+  __device__ __forceinline__ void fold(const uint4* ring_k, const uint4* ring_v, int count,
+                                       float scale) {
+    const int limit = kFull ? stage_keys : count;
+    const int base = group * vecs + sub;  // this lane's word of key t: base + t * step
+    const int step = groups * vecs;
+    bool valid[kMaxKeysPerGroup];
+    float part[kMaxKeysPerGroup];  // this lane's share of q . k for each of the keys
+#pragma unroll
+    for (int t = 0; t < kMaxKeysPerGroup; ++t) {
+      valid[t] = group + t * groups < limit;
+      part[t] = 0.0f;
+      // Words of keys past `limit` still lie inside the slot (stage_keys * vecs <= 128
+      // words): reading them is safe, and their dot products are discarded below.
+      if (active) {
+        float kf[kVec];
+        Vec::convert(ring_k[base + t * step], kf);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) part[t] = fmaf(q[e], kf[e], part[t]);
+      }
+    }
+    float p[kMaxKeysPerGroup];  // exp(score - m) of each key (0 when not valid)
+    if (lanes >= 4) {
+      // Transposed reduction over the group's lanes: the first two levels halve the
+      // values each lane carries, so lane (sub) ends with the whole dot product of key
+      // own = 2 * [sub has bit lanes/2] + [sub has bit lanes/4], in 5 shuffles for 4 keys.
+      const int half = lanes >> 1;
+      const int quarter = lanes >> 2;
+      const bool hi = (sub & half) != 0;
+      const bool hi2 = (sub & quarter) != 0;
+      const float a0 =
+          (hi ? part[2] : part[0]) + __shfl_xor_sync(0xffffffffu, hi ? part[0] : part[2], half);
+      const float a1 =
+          (hi ? part[3] : part[1]) + __shfl_xor_sync(0xffffffffu, hi ? part[1] : part[3], half);
+      float dot = (hi2 ? a1 : a0) + __shfl_xor_sync(0xffffffffu, hi2 ? a0 : a1, quarter);
+      for (int offset = quarter >> 1; offset > 0; offset >>= 1)
+        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      const int own = (hi ? 2 : 0) + (hi2 ? 1 : 0);
+      const bool own_valid = own == 0   ? valid[0]
+                             : own == 1 ? valid[1]
+                             : own == 2 ? valid[2]
+                                        : valid[3];
+      const float score = own_valid ? dot * scale : -INFINITY;
+      rescale_to(warp_max(score));
+      // One exp per lane, then each key's weight from a lane that owns it.
+      const float mine = own_valid ? expf(score - m) : 0.0f;
+      const int first_lane = group * lanes;
+#pragma unroll
+      for (int t = 0; t < kMaxKeysPerGroup; ++t) {
+        p[t] = __shfl_sync(0xffffffffu, mine, first_lane + (t >> 1) * half + (t & 1) * quarter);
+      }
+    } else {
+      // One or two lanes per key: plain butterflies, every lane holds every dot.
+      float score[kMaxKeysPerGroup];
+      float local_max = -INFINITY;
+#pragma unroll
+      for (int t = 0; t < kMaxKeysPerGroup; ++t) {
+        float dot = part[t];
+        if (lanes == 2) dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        score[t] = valid[t] ? dot * scale : -INFINITY;
+        local_max = fmaxf(local_max, score[t]);
+      }
+      rescale_to(warp_max(local_max));
+#pragma unroll
+      for (int t = 0; t < kMaxKeysPerGroup; ++t) p[t] = valid[t] ? expf(score[t] - m) : 0.0f;
+    }
+#pragma unroll
+    for (int t = 0; t < kMaxKeysPerGroup; ++t) {
+      // Never touch the V words of invalid keys: 0 * (stale NaN) would poison acc.
+      if (valid[t]) {
+        l += p[t];
+        if (active) {
+          float vf[kVec];
+          Vec::convert(ring_v[base + t * step], vf);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[e] = fmaf(p[t], vf[e], acc[e]);
+        }
+      }
+    }
+  }
+
+  // Raises the running max to include `stage_max` (finite: the stage has a key),
+  // rescaling l and acc. exp(-inf) = 0: a fresh state (m = -inf, l and acc 0) just
+  // takes the stage. m is the same on every lane, so the branch is uniform.
+  __device__ __forceinline__ void rescale_to(float stage_max) {
+    if (stage_max > m) {
+      const float rescale = expf(m - stage_max);
+      m = stage_max;
+      l *= rescale;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] *= rescale;
+    }
+  }
+
+  // Sums l and acc over the key groups (lanes with the same `sub`): afterwards every lane
+  // holds the warp's totals for its word.
+  __device__ __forceinline__ void reduce_groups() {
+    for (int offset = lanes; offset < 32; offset <<= 1) {
+      l += __shfl_xor_sync(0xffffffffu, l, offset);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], offset);
+    }
+  }
+};
+
+// Walks a warp's stages: its 64-key tiles w, w + warps, ... of the range, stage_keys
+// keys at a time (stage_keys divides 64). The keys only grow, so the stages are valid
+// while first < end.
+struct StageCursor {
+  int64_t first;
+  int within;  // keys of the current tile before this stage
+
+  __device__ __forceinline__ void advance(int stage_keys, int warps) {
+    first += stage_keys;
+    within += stage_keys;
+    if (within == kWarpKeys) {  // on to this warp's next tile
+      within = 0;
+      first += int64_t{warps - 1} * kWarpKeys;
+    }
+  }
+};
+
+// Every warp attends over its tiles of keys [begin, end) of one KV head and leaves its
+// state (m, l, acc[0, head_dim)) in shared memory; ends with a barrier. Called by every
+// thread of the block.
+template <DType C>
+__device__ __forceinline__ void attend_warps(const float* q_row, const typename Elem<C>::storage* k,
+                                             const typename Elem<C>::storage* v, int64_t k_stride,
+                                             int64_t v_stride, int64_t begin, int64_t end,
+                                             float scale, int head_dim, AttentionShared& sh) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  using Warp = WarpAttention<C>;
+  constexpr int kVec = Warp::kVec;
+  Warp w;
+  w.init(q_row, head_dim, k_stride, v_stride, lane);
+  auto count_of = [&](int64_t first) {
+    return static_cast<int>(end - first < w.stage_keys ? end - first : w.stage_keys);
+  };
+  // Only warp-level synchronisation from here to the final barrier. One commit group per
+  // stage (empty past the last), so wait_group<kStages - 1> means "stage t has landed".
+  StageCursor ahead{begin + int64_t{warp} * kWarpKeys, 0};
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (ahead.first < end) {
+      w.issue(sh.ring_k(warp, t), sh.ring_v(warp, t), k + ahead.first * k_stride,
+              v + ahead.first * v_stride, count_of(ahead.first), lane);
+    }
+    copy_async_commit();
+    ahead.advance(w.stage_keys, warps);
+  }
+  StageCursor stage{begin + int64_t{warp} * kWarpKeys, 0};
+  for (int t = 0; stage.first < end; ++t) {
+    // Refills the slot read in iteration t - 1 (every lane passed that iteration's
+    // __syncwarp, so it is free).
+    if (ahead.first < end) {
+      const int slot = (t + kStages - 1) % kStages;
+      w.issue(sh.ring_k(warp, slot), sh.ring_v(warp, slot), k + ahead.first * k_stride,
+              v + ahead.first * v_stride, count_of(ahead.first), lane);
+    }
+    copy_async_commit();
+    ahead.advance(w.stage_keys, warps);
+    copy_async_wait<kStages - 1>();
+    __syncwarp();  // every lane's copies of stage t are visible to the warp
+    const int count = count_of(stage.first);
+    if (count == w.stage_keys) {
+      w.template fold<true>(sh.ring_k(warp, t % kStages), sh.ring_v(warp, t % kStages), count,
+                            scale);
+    } else {
+      w.template fold<false>(sh.ring_k(warp, t % kStages), sh.ring_v(warp, t % kStages), count,
+                             scale);
+    }
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    stage.advance(w.stage_keys, warps);
+  }
+  copy_async_wait<0>();  // nothing is in flight past the last stage; kept for safety
+  w.reduce_groups();
+  // The ring is done with (last __syncwarp above): the region now takes the state.
+  if (w.group == 0 && w.active) {
+    float* acc = sh.acc(warp);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[w.sub * kVec + e] = w.acc[e];
+  }
+  if (lane == 0) {
+    sh.state(warp)[0] = w.m;
+    sh.state(warp)[1] = w.l;
+  }
+  __syncthreads();
+}
+
+// Fallback for caches whose rows do not allow 16-byte access: one key per warp step,
+// lanes over head values, each warp's accumulator in its shared region (lane owns values
+// d = lane + 32 i), so registers stay few. Same result as attend_warps (its state in
+// shared memory, a barrier at the end). Needs head_dim <= kMaxHeadDim.
+template <DType C>
+__device__ __noinline__ void attend_warps_scalar(const float* q_row,
+                                                 const typename Elem<C>::storage* k,
+                                                 const typename Elem<C>::storage* v,
+                                                 int64_t k_stride, int64_t v_stride, int64_t begin,
+                                                 int64_t end, float scale, int head_dim,
+                                                 AttentionShared& sh) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  float* acc = sh.acc(warp);
+  float* scores = sh.scores(warp);
+  for (int d = lane; d < head_dim; d += 32) acc[d] = 0.0f;
+  float m = -INFINITY;
+  float l = 0.0f;  // the same on every lane
+  for (int64_t first = begin + int64_t{warp} * kWarpKeys; first < end;
+       first += int64_t{warps} * kWarpKeys) {
+    const int n = static_cast<int>(end - first < kWarpKeys ? end - first : kWarpKeys);
+    float tile_max = -INFINITY;
+    for (int key = 0; key < n; ++key) {
+      const typename Elem<C>::storage* row = k + (first + key) * k_stride;
+      float dot = 0.0f;
+      for (int d = lane; d < head_dim; d += 32) dot = fmaf(q_row[d], Elem<C>::load(row[d]), dot);
+      const float score = warp_sum(dot) * scale;
+      if (lane == 0) scores[key] = score;
+      tile_max = fmaxf(tile_max, score);
+    }
+    const float m_new = fmaxf(m, tile_max);
+    const float rescale = m == m_new ? 1.0f : expf(m - m_new);
+    m = m_new;
+    l *= rescale;
+    for (int d = lane; d < head_dim; d += 32) acc[d] *= rescale;
+    __syncwarp();  // lane 0's scores are visible to the warp
+    for (int key = 0; key < n; ++key) {
+      const float p = expf(scores[key] - m);
+      l += p;
+      const typename Elem<C>::storage* row = v + (first + key) * v_stride;
+      for (int d = lane; d < head_dim; d += 32) acc[d] = fmaf(p, Elem<C>::load(row[d]), acc[d]);
+    }
+    __syncwarp();  // every lane has read the scores before the next tile overwrites them
+  }
+  if (lane == 0) {
+    sh.state(warp)[0] = m;
+    sh.state(warp)[1] = l;
+  }
+  __syncthreads();
+}
+
+// attend_warps when a row is at most 32 16-byte words (head_dim <= 256 for f16/bf16,
+// <= 128 for f32), head_dim and both row strides are whole words and the caches are
+// 16-byte aligned (every cache the op allocates for such head sizes, with head_dim a
+// multiple of 8); attend_warps_scalar otherwise. False (nothing done, no barrier) when
+// head_dim > kMaxHeadDim. The outcome is the same for every thread.
+template <DType C>
+__device__ __forceinline__ bool attend(const float* q_row, const typename Elem<C>::storage* k,
+                                       const typename Elem<C>::storage* v, int64_t k_stride,
+                                       int64_t v_stride, int64_t begin, int64_t end, float scale,
+                                       int64_t head_dim, AttentionShared& sh) {
+  using S = typename Elem<C>::storage;
+  constexpr int kVec = 16 / sizeof(S);
+  if (head_dim > kMaxHeadDim) return false;
+  const bool vectors = head_dim % kVec == 0 && head_dim <= 32 * kVec && k_stride % kVec == 0 &&
+                       v_stride % kVec == 0 && reinterpret_cast<uintptr_t>(k) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(v) % 16 == 0;
+  if (vectors) {
+    attend_warps<C>(q_row, k, v, k_stride, v_stride, begin, end, scale, static_cast<int>(head_dim),
+                    sh);
+  } else {
+    attend_warps_scalar<C>(q_row, k, v, k_stride, v_stride, begin, end, scale,
+                           static_cast<int>(head_dim), sh);
+  }
+  return true;
+}
+
+// Weights that merge the warps' states: weight[w] = exp(m_w - M) with M the largest m
+// of the warps that saw a key (0 for the others, whose acc is never read). Returns the
+// merged sum L = sum_w l_w * weight[w] (0 when no warp saw a key).
+__device__ __forceinline__ float warp_weights(AttentionShared& sh, float& max_out,
+                                              float (&weight)[kMaxWarps]) {
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  float max = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kMaxWarps; ++w) {
+    if (w < warps && sh.state(w)[1] > 0.0f) max = fmaxf(max, sh.state(w)[0]);
+  }
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kMaxWarps; ++w) {
+    weight[w] = 0.0f;
+    if (w < warps && sh.state(w)[1] > 0.0f) {
+      weight[w] = expf(sh.state(w)[0] - max);
+      total += sh.state(w)[1] * weight[w];
+    }
+  }
+  max_out = max;
+  return total;
+}
+
+// sum_w acc_w[d] * weight[w] over the warps with a non-zero weight.
+__device__ __forceinline__ float merged_acc(AttentionShared& sh, const float (&weight)[kMaxWarps],
+                                            int64_t d) {
+  float value = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kMaxWarps; ++w) {
+    if (weight[w] != 0.0f) value = fmaf(sh.acc(w)[d], weight[w], value);
+  }
+  return value;
+}
+
+// Grid {n_head, tokens}: block = (query head, token), keys 0..min(position, ctx - 1).
+template <DType C>
+__global__ void __launch_bounds__(kMaxThreads)
+    sdpa_kernel(const __grid_constant__ ops::SdpaArgs a) {
+  using S = typename Elem<C>::storage;
+  __shared__ AttentionShared sh;
+  pdl_wait();
+  const int64_t head = blockIdx.x;
+  const int64_t token = blockIdx.y;
+  if (head >= a.n_head || token >= a.tokens) return;  // whole block, before any barrier
+  const int64_t kv_head = head / (a.n_head / a.n_kv_head);
+  const int64_t position = a.positions[token];
+  // A negative position sees no key; past the cache it sees the whole cache.
+  const int64_t count = position < 0 ? 0 : (position < a.ctx ? position : a.ctx - 1) + 1;
+  const int64_t row = token * a.n_head + head;
+  float* out = a.out + row * a.out_stride;
+  const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
+  const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
+  if (!attend<C>(a.q + row * a.q_stride, k, v, a.k_stride, a.v_stride, 0, count, a.scale,
+                 a.head_dim, sh)) {
+    // head_dim beyond kMaxHeadDim: make the failure visible rather than silent.
+    for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
+      out[d] = __int_as_float(0x7fc00000);
+    return;
+  }
+  float max;
+  float weight[kMaxWarps];
+  const float total = warp_weights(sh, max, weight);
+  // No key (count = 0): every weight is 0 and the row comes out as zeros.
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
+    out[d] = merged_acc(sh, weight, d) * inv;
+}
+
+// Grid {chunks, n_head}: block = (chunk, query head); writes the chunk's partial result.
+template <DType C>
+__global__ void __launch_bounds__(kMaxThreads)
+    flash_decode_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
+  using S = typename Elem<C>::storage;
+  __shared__ AttentionShared sh;
+  pdl_wait();
+  const int64_t chunk = blockIdx.x;
+  const int64_t head = blockIdx.y;
+  if (chunk >= a.chunks || head >= a.n_head) return;  // whole block, before any barrier
+  const int64_t kv_head = head / (a.n_head / a.n_kv_head);
+  const int64_t length = *a.kv_length < 0 ? 0 : (*a.kv_length > a.ctx ? a.ctx : *a.kv_length);
+  const int64_t begin = chunk * ops::kFlashDecodeChunk;
+  const int64_t end =
+      begin + ops::kFlashDecodeChunk < length ? begin + ops::kFlashDecodeChunk : length;
+  // Partial (head, chunk) sits at index head * chunks + chunk of each scratch array.
+  const int64_t partials = a.n_head * a.chunks;
+  const int64_t index = head * a.chunks + chunk;
+  float* acc_out = a.scratch + index * a.head_dim;
+  float* max_out = a.scratch + partials * a.head_dim + index;
+  float* sum_out = max_out + partials;
+  if (begin >= end) {  // no valid key: an empty partial, acc left unwritten (whole block)
+    if (threadIdx.x == 0) {
+      *max_out = -INFINITY;
+      *sum_out = 0.0f;
+    }
+    return;
+  }
+  const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
+  const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
+  if (!attend<C>(a.q + head * a.q_stride, k, v, a.k_stride, a.v_stride, begin, end, a.scale,
+                 a.head_dim, sh)) {
+    // head_dim beyond kMaxHeadDim: a NaN partial, so the merged output is NaN, not silent.
+    for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
+      acc_out[d] = __int_as_float(0x7fc00000);
+    if (threadIdx.x == 0) {
+      *max_out = 0.0f;
+      *sum_out = 1.0f;
+    }
+    return;
+  }
+  float max;
+  float weight[kMaxWarps];
+  const float total = warp_weights(sh, max, weight);
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
+    acc_out[d] = merged_acc(sh, weight, d);
+  if (threadIdx.x == 0) {
+    *max_out = max;
+    *sum_out = total;
+  }
+}
+
+// Chunks whose merge weights sit in shared memory at a time.
+constexpr int kMergeBatch = 256;
+// Output values per thread and pass: row_dims() gives blockDim >= head_dim / 4.
+constexpr int kMergeValues = 4;
+
+// Grid {n_head} (row_dims(): a whole number of warps): block = one head.
+__global__ void flash_decode_merge_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
+  __shared__ float scratch[32];
+  __shared__ float chunk_weight[kMergeBatch];
+  pdl_wait();
+  const int64_t head = blockIdx.x;
+  if (head >= a.n_head) return;  // whole block, before any barrier
+  const int64_t tid = threadIdx.x;
+  const int64_t threads = blockDim.x;
+  const int64_t partials = a.n_head * a.chunks;
+  const float* maxes = a.scratch + partials * a.head_dim + head * a.chunks;
+  const float* sums = maxes + partials;
+  const float* accs = a.scratch + head * a.chunks * a.head_dim;
+  float* out = a.out + head * a.out_stride;
+
+  // Empty partials (l = 0) are skipped, never multiplied: their acc was not written.
+  float max = -INFINITY;
+  for (int64_t c = tid; c < a.chunks; c += threads) {
+    if (sums[c] > 0.0f) max = fmaxf(max, maxes[c]);
+  }
+  max = block_max(max, scratch);
+  if (max == -INFINITY) {  // no valid key: zeros (the same on every thread)
+    for (int64_t d = tid; d < a.head_dim; d += threads) out[d] = 0.0f;
+    return;
+  }
+  float total = 0.0f;
+  for (int64_t c = tid; c < a.chunks; c += threads) {
+    if (sums[c] > 0.0f) total += sums[c] * expf(maxes[c] - max);
+  }
+  total = block_sum(total, scratch);
+  const float inv = 1.0f / total;
+
+  // Values d0 + tid + k * threads (k < kMergeValues) per pass; one pass with row_dims().
+  for (int64_t d0 = 0; d0 < a.head_dim; d0 += kMergeValues * threads) {
+    float acc[kMergeValues] = {};
+    for (int64_t c0 = 0; c0 < a.chunks; c0 += kMergeBatch) {
+      const int n = static_cast<int>(a.chunks - c0 < kMergeBatch ? a.chunks - c0 : kMergeBatch);
+      __syncthreads();  // every thread is done with the previous batch's weights
+      for (int i = static_cast<int>(tid); i < n; i += static_cast<int>(threads)) {
+        chunk_weight[i] = sums[c0 + i] > 0.0f ? expf(maxes[c0 + i] - max) : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll 4
+      for (int i = 0; i < n; ++i) {
+        const float w = chunk_weight[i];
+        if (w == 0.0f) continue;  // empty (or negligible) partial: its acc is not read
+        const float* src = accs + (c0 + i) * a.head_dim;
+#pragma unroll
+        for (int k = 0; k < kMergeValues; ++k) {
+          const int64_t d = d0 + tid + k * threads;
+          if (d < a.head_dim) acc[k] = fmaf(src[d], w, acc[k]);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kMergeValues; ++k) {
+      const int64_t d = d0 + tid + k * threads;
+      if (d < a.head_dim) out[d] = acc[k] * inv;
+    }
+  }
+}
+
+}  // namespace
+
+void register_attention_cuda_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType C>() {
+    const std::string t = Elem<C>::name;
+    registry.add(make_cuda_kernel<ops::SdpaArgs>(
+        "sdpa_" + t, reinterpret_cast<const void*>(&sdpa_kernel<C>), kMaxThreads));
+    registry.add(make_cuda_kernel<ops::FlashDecodeArgs>(
+        "flash_decode_" + t, reinterpret_cast<const void*>(&flash_decode_kernel<C>), kMaxThreads));
+  });
+  registry.add(make_cuda_kernel<ops::FlashDecodeArgs>(
+      "flash_decode_merge", reinterpret_cast<const void*>(&flash_decode_merge_kernel)));
+}
+
+}  // namespace onepass::cuda

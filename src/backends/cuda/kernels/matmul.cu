@@ -1,0 +1,305 @@
+// CUDA kernels: mv_<W>_f32 (matrix-vector, few rows of x) and mm_<W>_f32 (matrix-matrix)
+// for W = f32, f16, bf16 and the GGML block formats. out [M, N] = x [M, K] · wᵀ.
+//
+// mv, block formats: x is quantized to int8 per 32 values in shared memory once per
+// block (scale amax/127, exact half sums kept for the formats' offsets), then each warp
+// computes two output rows at a time with dp4a over 32-weight units (quant_dot.cuh),
+// lanes striding over the units of the rows so that a warp reads contiguous weight bytes.
+// The grid is persistent: blocks loop over row pairs, so x is staged once per block.
+// mv, dense: the same with x kept in f32 and 16-byte weight loads when aligned.
+// mm: tiles of 64 x 64 outputs, K in steps of 32: x and the dequantized weights staged in
+// shared memory, 4 x 4 outputs per thread (CUDA cores; the tensor-core path replaces it
+// for prefill).
+#include "common.cuh"
+#include "onepass/ops/matmul.h"
+#include "quant_dot.cuh"
+#include "registration.h"
+
+namespace onepass::cuda {
+namespace {
+
+constexpr int kMvWarps = 4;
+constexpr int kMvRowsPerWarp = 2;
+constexpr int kMvMaxRows = 8;  // rows of x
+
+// ---- x staging ---------------------------------------------------------------------------
+
+struct XQuantSmem {
+  int8_t* q;       // [M * K]
+  float4* groups;  // [M * K / 32]: d, sum_lo, sum_hi
+};
+
+__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, XQuantSmem s) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t groups_per_row = a.k / 32;
+  const int64_t groups = a.m * groups_per_row;
+  for (int64_t g = warp; g < groups; g += kMvWarps) {
+    const int64_t m = g / groups_per_row;
+    const int64_t c = g - m * groups_per_row;
+    const float v = a.x[m * a.x_stride + c * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
+    s.q[g * 32 + lane] = static_cast<int8_t>(q);
+    const float lo = warp_sum(lane < 16 ? v : 0.0f);
+    const float hi = warp_sum(lane < 16 ? 0.0f : v);
+    if (lane == 0) s.groups[g] = make_float4(d, lo, hi, 0.0f);
+  }
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  using F = quantdot::Format<W>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t xq_bytes = (a.m * a.k + 15) / 16 * 16;
+  XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
+  pdl_wait();
+  quantize_x_to_smem(a, xs);
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t units = a.k / 32;
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const int64_t step = int64_t{gridDim.x} * kMvWarps * kMvRowsPerWarp;
+  for (int64_t row0 = (int64_t{blockIdx.x} * kMvWarps + warp) * kMvRowsPerWarp; row0 < a.n; row0 += step) {
+    float acc[kMvMaxRows][kMvRowsPerWarp];
+#pragma unroll
+    for (int m = 0; m < kMvMaxRows; ++m) {
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = 0.0f;
+    }
+    const uint8_t* rows[kMvRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      // A missing second row reads the first again (result discarded): no branch in the loop.
+      const int64_t row = row0 + r < a.n ? row0 + r : row0;
+      rows[r] = w + row * a.w_row_bytes;
+    }
+    for (int64_t u = lane; u < units; u += 32) {
+      const int64_t block = u / F::kUnits;
+      const int sub = static_cast<int>(u - block * F::kUnits);
+#pragma unroll
+      for (int m = 0; m < kMvMaxRows; ++m) {
+        if (m >= a.m) break;
+        const float4 g = xs.groups[m * units + u];
+        const quantdot::XGroup x{xs.q + (m * units + u) * 32, g.x, g.y, g.z};
+#pragma unroll
+        for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] += F::unit_dot(rows[r] + block * F::kBlockBytes, sub, x);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kMvMaxRows; ++m) {
+      if (m >= a.m) break;
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) {
+        const float v = warp_sum(acc[m][r]);
+        if (lane == 0 && row0 + r < a.n) a.out[m * a.out_stride + row0 + r] = v;
+      }
+    }
+  }
+}
+
+// ---- dense mv --------------------------------------------------------------------------
+
+template <DType W>
+__device__ __forceinline__ float load_weight(const void* w, int64_t i) {
+  return Elem<W>::load(static_cast<const typename Elem<W>::storage*>(w)[i]);
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  using S = typename Elem<W>::storage;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* xs = reinterpret_cast<float*>(smem);  // [M, K]
+  pdl_wait();
+  for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
+    const int64_t m = i / a.k;
+    xs[i] = a.x[m * a.x_stride + (i - m * a.k)];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
+  const auto* wb = static_cast<const unsigned char*>(a.w);
+  const bool vector = a.k % kVec == 0 && a.w_row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(wb) & 15) == 0;
+  const int64_t step = int64_t{gridDim.x} * kMvWarps * kMvRowsPerWarp;
+  for (int64_t row0 = (int64_t{blockIdx.x} * kMvWarps + warp) * kMvRowsPerWarp; row0 < a.n; row0 += step) {
+    float acc[kMvMaxRows][kMvRowsPerWarp];
+#pragma unroll
+    for (int m = 0; m < kMvMaxRows; ++m) {
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = 0.0f;
+    }
+    const S* rows[kMvRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      const int64_t row = row0 + r < a.n ? row0 + r : row0;
+      rows[r] = reinterpret_cast<const S*>(wb + row * a.w_row_bytes);
+    }
+    if (vector) {
+      for (int64_t c = lane; c < a.k / kVec; c += 32) {
+        float wv[kMvRowsPerWarp][kVec];
+#pragma unroll
+        for (int r = 0; r < kMvRowsPerWarp; ++r) {
+          const uint4 raw = reinterpret_cast<const uint4*>(rows[r])[c];
+          const S* vals = reinterpret_cast<const S*>(&raw);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) wv[r][e] = Elem<W>::load(vals[e]);
+        }
+#pragma unroll
+        for (int m = 0; m < kMvMaxRows; ++m) {
+          if (m >= a.m) break;
+          const float* xv = xs + m * a.k + c * kVec;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const float xe = xv[e];
+#pragma unroll
+            for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = fmaf(wv[r][e], xe, acc[m][r]);
+          }
+        }
+      }
+    } else {
+      for (int64_t k = lane; k < a.k; k += 32) {
+        float wv[kMvRowsPerWarp];
+#pragma unroll
+        for (int r = 0; r < kMvRowsPerWarp; ++r) wv[r] = Elem<W>::load(rows[r][k]);
+#pragma unroll
+        for (int m = 0; m < kMvMaxRows; ++m) {
+          if (m >= a.m) break;
+          const float xe = xs[m * a.k + k];
+#pragma unroll
+          for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = fmaf(wv[r], xe, acc[m][r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kMvMaxRows; ++m) {
+      if (m >= a.m) break;
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) {
+        const float v = warp_sum(acc[m][r]);
+        if (lane == 0 && row0 + r < a.n) a.out[m * a.out_stride + row0 + r] = v;
+      }
+    }
+  }
+}
+
+// ---- mm (CUDA cores) ---------------------------------------------------------------------
+
+constexpr int kTile = 64;
+constexpr int kStep = 32;
+
+template <DType W>
+__device__ __forceinline__ void load_w_tile(const ops::MatmulArgs& a, int64_t n0, int64_t k0, float (*wt)[kStep + 1]) {
+  const auto* wb = static_cast<const uint8_t*>(a.w);
+  if constexpr (W == DType::f32 || W == DType::f16 || W == DType::bf16) {
+    for (int i = threadIdx.x; i < kTile * kStep; i += blockDim.x) {
+      const int r = i / kStep;
+      const int c = i - r * kStep;
+      const int64_t n = n0 + r;
+      const int64_t k = k0 + c;
+      float v = 0.0f;
+      if (n < a.n && k < a.k) v = load_weight<W>(wb + n * a.w_row_bytes, k);
+      wt[r][c] = v;
+    }
+  } else {
+    using F = quantdot::Format<W>;
+    // One unit (32 weights of one row) per thread: rows 0..63 of the tile.
+    if (threadIdx.x < kTile) {
+      const int r = threadIdx.x;
+      const int64_t n = n0 + r;
+      float vals[32];
+      if (n < a.n) {
+        const int64_t unit = k0 / 32;
+        const int64_t block = unit / F::kUnits;
+        F::dequant(wb + n * a.w_row_bytes + block * F::kBlockBytes, static_cast<int>(unit - block * F::kUnits), vals);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 32; ++c) vals[c] = 0.0f;
+      }
+#pragma unroll
+      for (int c = 0; c < 32; ++c) wt[r][c] = vals[c];
+    }
+  }
+}
+
+template <DType W>
+__global__ void __launch_bounds__(256) mm_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  __shared__ float xt[kTile][kStep + 1];  // +1: no bank conflicts on the transposed reads
+  __shared__ float wt[kTile][kStep + 1];
+  pdl_wait();
+  const int64_t n0 = int64_t{blockIdx.x} * kTile;
+  const int64_t m0 = int64_t{blockIdx.y} * kTile;
+  const int tn = threadIdx.x & 15;  // 4 output columns (weight rows) each
+  const int tm = threadIdx.x >> 4;  // 4 output rows (x rows) each
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < a.k; k0 += kStep) {
+    for (int i = threadIdx.x; i < kTile * kStep; i += blockDim.x) {
+      const int r = i / kStep;
+      const int c = i - r * kStep;
+      const int64_t m = m0 + r;
+      const int64_t k = k0 + c;
+      xt[r][c] = (m < a.m && k < a.k) ? a.x[m * a.x_stride + k] : 0.0f;
+    }
+    load_w_tile<W>(a, n0, k0, wt);
+    __syncthreads();
+#pragma unroll 8
+    for (int c = 0; c < kStep; ++c) {
+      float xv[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        xv[i] = xt[tm * 4 + i][c];
+        wv[i] = wt[tn * 4 + i][c];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = m0 + tm * 4 + i;
+    if (m >= a.m) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t n = n0 + tn * 4 + j;
+      if (n < a.n) a.out[m * a.out_stride + n] = acc[i][j];
+    }
+  }
+}
+
+constexpr uint32_t kMvSharedBytes = 100 * 1024;
+
+template <DType W>
+void register_weight_type(KernelRegistry& registry) {
+  const std::string t(dtype_name(W));
+  if constexpr (W == DType::f32 || W == DType::f16 || W == DType::bf16) {
+    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_dense_kernel<W>),
+                                                   kMvWarps * 32, true, kMvSharedBytes));
+  } else {
+    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_quant_kernel<W>),
+                                                   kMvWarps * 32, true, kMvSharedBytes));
+  }
+  registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_kernel<W>), 256));
+}
+
+}  // namespace
+
+void register_matmul_cuda_kernels(KernelRegistry& registry) {
+  register_weight_type<DType::f32>(registry);
+  register_weight_type<DType::f16>(registry);
+  register_weight_type<DType::bf16>(registry);
+  register_weight_type<DType::q4_0>(registry);
+  register_weight_type<DType::q4_1>(registry);
+  register_weight_type<DType::q8_0>(registry);
+  register_weight_type<DType::q4_k>(registry);
+  register_weight_type<DType::q5_k>(registry);
+  register_weight_type<DType::q6_k>(registry);
+}
+
+}  // namespace onepass::cuda
