@@ -1,6 +1,24 @@
 #include "onepass/exec/profile.h"
 
+#include "onepass/exec/dispatch.h"
+
 namespace onepass {
+
+DispatchSample describe_dispatch(const Dispatch& d, uint32_t index) {
+  DispatchSample s;
+  s.kernel = d.name();
+  s.label = d.label;
+  s.op_kind = d.op_kind;
+  s.index = index;
+  s.dims = d.dims;
+  if (d.moved_bytes > 0) {
+    s.bytes_read = d.moved_bytes;
+  } else {
+    for (const MemRange& r : d.reads) s.bytes_read += r.size();
+    for (const MemRange& r : d.writes) s.bytes_written += r.size();
+  }
+  return s;
+}
 
 Profiler& Profiler::global() {
   static Profiler profiler;

@@ -40,6 +40,7 @@ void GraphSession::embedding(const TensorView& table, const TensorView& ids,
   const Kernel& kernel = backend().registry().get(
       cat("embedding_", dtype_name(table.dtype), "_", dtype_name(out.dtype)));
   Dispatch d(kernel, dims, args, OpKind::gather, op);
+  d.moved_bytes = static_cast<uint64_t>(tokens) * (static_cast<uint64_t>(args.table_row_bytes) + 4) + out.span_bytes();
   d.read(table).read(ids).write(out);
   dispatch(std::move(d));
 }

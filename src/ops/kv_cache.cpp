@@ -44,6 +44,8 @@ void GraphSession::kv_write(const TensorView& src, const TensorView& cache,
   const std::string name = cat("kv_write_", dtype_name(src.dtype), "_", dtype_name(cache.dtype));
   const Kernel& k = backend().registry().get(name);
   Dispatch d(k, row_dims(backend(), tokens * n_kv_head, head_dim), args, OpKind::kv_write, op);
+  d.moved_bytes = src.span_bytes() + positions.span_bytes() +
+                  static_cast<uint64_t>(tokens * n_kv_head) * dtype_bytes(cache.dtype, head_dim);
   // Which rows change depends on device data, so the whole cache counts as written.
   d.read(src).read(positions).write(cache);
   dispatch(std::move(d));

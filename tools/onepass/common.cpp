@@ -1,4 +1,6 @@
 #include "common.h"
+#include "onepass/exec/graph_session.h"
+#include "onepass/exec/captured_graph.h"
 
 #include <unistd.h>
 
@@ -134,6 +136,37 @@ double median(std::vector<double> values) {
 
 double now_seconds() {
   return static_cast<double>(now_ns()) * 1e-9;
+}
+
+CopyBandwidth measure_copy_bandwidth(const std::shared_ptr<Backend>& backend) {
+  CopyBandwidth result;
+  const bool cuda = backend->kind() == BackendKind::cuda;
+  result.bytes = cuda ? (size_t{1} << 30) : (size_t{256} << 20);
+  const BufferView src = backend->alloc(result.bytes);
+  const BufferView dst = backend->alloc(result.bytes);
+  src.fill(0x5A);  // never time on untouched (zero) pages
+  dst.fill(0xA5);
+  GraphExecutor executor(backend);
+  GraphSession session = executor.begin_recorded();
+  session.copy_bytes(src, dst);
+  CapturedGraph graph(*backend, session.take_graph());
+  graph.set_timing(cuda);
+  graph.run();  // warm-up
+  std::vector<double> rates;
+  for (int i = 0; i < 7; ++i) {
+    const double start = now_seconds();
+    graph.run();
+    double seconds = now_seconds() - start;
+    if (cuda) {
+      if (const std::optional<uint64_t> ns = graph.gpu_time_ns(); ns && *ns > 0) {
+        seconds = static_cast<double>(*ns) * 1e-9;
+        result.device_timed = true;
+      }
+    }
+    rates.push_back(2.0 * static_cast<double>(result.bytes) / seconds);
+  }
+  result.bytes_per_second = median(rates);
+  return result;
 }
 
 }  // namespace onepass::cli

@@ -27,6 +27,7 @@ Command add_generate_command(CLI::App& parent);
 Command add_inspect_command(CLI::App& parent);
 Command add_make_model_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
+Command add_profile_command(CLI::App& parent);
 
 /// The model installed by scripts/setup, relative to the repository root.
 inline constexpr std::string_view kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -67,6 +68,17 @@ std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /// Median of `values` (0 when empty).
 double median(std::vector<double> values);
+
+struct CopyBandwidth {
+  uint64_t bytes = 0;           // bytes copied per run
+  double bytes_per_second = 0;  // (read + write) bytes / s, median
+  bool device_timed = false;    // timed with device events (CUDA) or on the host
+};
+
+/// The copy bandwidth decode floors are measured against: a large device-to-device copy
+/// through the library's own copy kernel, replayed as a captured graph, counting the bytes
+/// read plus the bytes written (median of 7 after a warm-up).
+CopyBandwidth measure_copy_bandwidth(const std::shared_ptr<Backend>& backend);
 /// Seconds since an arbitrary epoch (steady clock).
 double now_seconds();
 

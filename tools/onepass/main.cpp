@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   std::vector<Command> commands;
   commands.push_back(add_generate_command(app));
   commands.push_back(add_bench_command(app));
+  commands.push_back(add_profile_command(app));
   commands.push_back(add_inspect_command(app));
   commands.push_back(add_make_model_command(app));
 

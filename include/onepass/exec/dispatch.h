@@ -32,6 +32,10 @@ struct Dispatch {
   std::vector<MemRange> reads;
   std::vector<MemRange> writes;
   std::string label;
+  /// Bytes the dispatch really moves, when its declared ranges over-approximate them for
+  /// dependency safety (a gather declares the whole table); 0: the ranges' total. Only the
+  /// profiler's bandwidth figures use it.
+  uint64_t moved_bytes = 0;
   /// Buffers kept alive for as long as this dispatch may run (empty with
   /// Options::unretained_refs).
   std::vector<std::shared_ptr<Buffer>> retained;

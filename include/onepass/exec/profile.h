@@ -31,6 +31,12 @@ struct DispatchSample {
   LaunchDims dims;
 };
 
+struct Dispatch;
+
+/// A sample describing `d` (kernel, label, kind, launch shape, bytes moved); the caller
+/// fills in the times and the submission.
+DispatchSample describe_dispatch(const Dispatch& d, uint32_t index);
+
 /// Process-wide store of profile samples. Thread-safe.
 class Profiler {
  public:

@@ -103,18 +103,11 @@ class Scheduler {
     const uint64_t t1 = now_ns();
     if (o.check_annotations) verify(d, before);
     if (o.profile_dispatches) {
-      DispatchSample s;
+      DispatchSample s = describe_dispatch(d, index);
       s.submission = label_;
-      s.kernel = d.name();
-      s.label = d.label;
-      s.op_kind = d.op_kind;
-      s.index = index;
       s.lane = lane;
       s.start_ns = t0 - submission_start;
       s.end_ns = t1 - submission_start;
-      for (const MemRange& r : d.reads) s.bytes_read += r.size();
-      for (const MemRange& r : d.writes) s.bytes_written += r.size();
-      s.dims = d.dims;
       Profiler::global().record_dispatch(std::move(s));
     }
   }

@@ -339,13 +339,7 @@ class CudaSubmission final : public Submission {
     launched_ = true;
     if (profile) {
       ONEPASS_CUDA_CHECK(cudaEventRecord(timing.end->event, backend_.stream()));
-      timing.sample.kernel = d.name();
-      timing.sample.label = d.label;
-      timing.sample.op_kind = d.op_kind;
-      timing.sample.index = static_cast<uint32_t>(dispatches_ - 1);
-      for (const MemRange& r : d.reads) timing.sample.bytes_read += r.size();
-      for (const MemRange& r : d.writes) timing.sample.bytes_written += r.size();
-      timing.sample.dims = d.dims;
+      timing.sample = describe_dispatch(d, static_cast<uint32_t>(dispatches_ - 1));
       timings_.push_back(std::move(timing));
     }
   }
@@ -393,13 +387,7 @@ class CudaSubmission final : public Submission {
     if (profile) {
       cudaGraphNode_t after = nullptr;
       ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&after, graph_, &node, 1, timing.end->event));
-      timing.sample.kernel = d.name();
-      timing.sample.label = d.label;
-      timing.sample.op_kind = d.op_kind;
-      timing.sample.index = static_cast<uint32_t>(kernel_nodes_.size());
-      for (const MemRange& r : d.reads) timing.sample.bytes_read += r.size();
-      for (const MemRange& r : d.writes) timing.sample.bytes_written += r.size();
-      timing.sample.dims = d.dims;
+      timing.sample = describe_dispatch(d, static_cast<uint32_t>(kernel_nodes_.size()));
       timings_.push_back(std::move(timing));
     }
     // Topology key: kernel, launch shape and dependency structure (arguments excluded:

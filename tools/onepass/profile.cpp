@@ -1,0 +1,139 @@
+// onepass profile: where the time of a decode step goes — per-op GPU (or CPU) time, achieved
+// bandwidth against the measured copy bandwidth, a Chrome/Perfetto trace and a DOT graph.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "onepass/backends/factory.h"
+#include "onepass/core/error.h"
+#include "onepass/exec/captured_graph.h"
+#include "onepass/exec/counters.h"
+#include "onepass/exec/profile.h"
+#include "onepass/exec/profile_report.h"
+#include "onepass/model/llama.h"
+#include "onepass/model/loader.h"
+#include "onepass/model/sampler.h"
+
+namespace onepass::cli {
+namespace {
+
+struct ProfileArgs {
+  std::string model;
+  std::string backend = "auto";
+  int64_t prompt = 64;
+  int64_t decode = 16;
+  std::string group = "op";
+  std::string trace;
+  std::string dot;
+};
+
+int run_profile(const ProfileArgs& args) {
+  const char* where = "profile";
+  check(args.decode >= 1, where, "--decode must be at least 1, got ", args.decode);
+  check(args.prompt >= 1, where, "--prompt must be at least 1, got ", args.prompt);
+  ProfileGroup group = ProfileGroup::op_kind;
+  if (args.group == "label") {
+    group = ProfileGroup::label;
+  } else if (args.group == "kernel") {
+    group = ProfileGroup::kernel;
+  } else {
+    check(args.group == "op", where, "--group must be op, label or kernel, got '", args.group, "'");
+  }
+  const std::filesystem::path path = resolve_model(args.model, where);
+  const std::unique_ptr<model::ModelSource> source = model::open_model(path);
+  // Per-dispatch timing: an event pair per dispatch on CUDA, one dispatch at a time on the
+  // CPU. The same switches as ONEPASS_PROFILE_DISPATCH / ONEPASS_PROFILE_CB.
+  Options options = Options::defaults();
+  options.profile_dispatches = true;
+  options.profile_submissions = true;
+  const std::shared_ptr<Backend> backend = make_backend(parse_backend_choice(args.backend), options);
+
+  ProgressLine progress;
+  progress.show("measuring copy bandwidth", true);
+  const CopyBandwidth copy = measure_copy_bandwidth(backend);
+  model::LoadOptions load;
+  load.context = args.prompt + args.decode + 8;
+  load.progress = [&](double fraction, const std::string& name) {
+    progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
+  };
+  model::LlamaModel llama(backend, *source, load);
+  std::mt19937_64 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(source->config().vocab_size - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(args.prompt));
+  for (int32_t& t : prompt) t = pick(rng);
+  progress.show("prefill and warm-up", true);
+  int32_t token = model::argmax(llama.prefill(prompt));
+  for (int i = 0; i < 3; ++i) token = llama.decode_greedy(token);
+
+  Profiler::global().clear();
+  std::vector<double> step_ns;
+  for (int64_t i = 0; i < args.decode; ++i) {
+    token = llama.decode_greedy(token);
+    if (auto ns = llama.decode_graph() ? llama.decode_graph()->gpu_time_ns() : std::nullopt) {
+      step_ns.push_back(static_cast<double>(*ns));
+    }
+  }
+  progress.clear();
+  const std::vector<DispatchSample> samples = Profiler::global().dispatches();
+  double total_ns = 0;
+  for (double ns : step_ns) total_ns += ns;
+  const double copy_gbps = copy.bytes_per_second / 1e9;
+  const ProfileReport report =
+      make_profile_report(samples, group, total_ns, static_cast<uint64_t>(args.decode), copy_gbps);
+
+  std::printf("%s\n", describe_device(*backend).c_str());
+  std::printf("model: %s (%s)\n", path.string().c_str(), source->config().describe().c_str());
+  const size_t per_step = llama.decode_dispatches();
+  std::printf("decode step: median %.1f us, %zu dispatches, %.1f per layer; weights %.1f MB read per token\n",
+              median(step_ns) / 1e3, per_step,
+              static_cast<double>(per_step) / static_cast<double>(source->config().layers),
+              static_cast<double>(llama.weight_bytes()) / 1e6);
+  std::printf("%s", report.table(cat("decode, ", args.decode, " steps, grouped by ", args.group)).c_str());
+  if (const CapturedGraph* graph = llama.decode_graph()) {
+    const CaptureStats& s = graph->stats();
+    std::printf("graph: %zu nodes recorded, %u fusions, %zu dispatches, %zu dataflow edges, depth %zu\n",
+                s.nodes_recorded, s.fusions, s.dispatches, s.dataflow_edges, s.dataflow_depth);
+  }
+  if (!args.trace.empty()) {
+    // The last step only: one slice per dispatch.
+    std::vector<DispatchSample> last(samples.end() - static_cast<long>(std::min(per_step, samples.size())), samples.end());
+    std::ofstream out(args.trace);
+    check(static_cast<bool>(out), where, "cannot write ", args.trace);
+    out << chrome_trace_json(last, cat("onepass decode step (", backend->info().name, ")"));
+    std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", args.trace.c_str());
+  }
+  if (!args.dot.empty() && llama.decode_graph()) {
+    std::ofstream out(args.dot);
+    check(static_cast<bool>(out), where, "cannot write ", args.dot);
+    out << llama.decode_graph()->graph().to_dot("decode");
+    std::printf("graph: %s (render with: dot -Tsvg %s -o decode.svg)\n", args.dot.c_str(), args.dot.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_profile_command(CLI::App& parent) {
+  auto args = std::make_shared<ProfileArgs>();
+  CLI::App* app = parent.add_subcommand("profile", "Per-op time and bandwidth of a decode step, trace and graph");
+  app->footer(
+      "Replays the recorded decode step with per-dispatch timing (CUDA events inside the graph on\n"
+      "the GPU, steady_clock per dispatch on the CPU) and prints one row per op kind: count, total\n"
+      "time, share of the step, achieved GB/s from the bytes each dispatch declares, and that as a\n"
+      "share of the copy bandwidth measured on the same device.");
+  app->add_option("-m,--model", args->model, "GGUF file or MLX directory (default: the default model)");
+  app->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  app->add_option("--prompt", args->prompt, "Prompt tokens before decoding")->capture_default_str();
+  app->add_option("--decode", args->decode, "Decode steps profiled")->capture_default_str();
+  app->add_option("--group", args->group, "Rows by op, label or kernel")->capture_default_str();
+  app->add_option("--trace", args->trace, "Write a Chrome/Perfetto trace (JSON) of the last step");
+  app->add_option("--dot", args->dot, "Write the decode graph as Graphviz DOT");
+  return {app, [args] { return run_profile(*args); }};
+}
+
+}  // namespace onepass::cli
