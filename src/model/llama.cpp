@@ -341,10 +341,14 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step) {
       k = b.k.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
       v = b.v.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
     }
-    s.rope(q, q, positions, rope);
-    s.rope(k, k, positions, rope);
-    s.kv_write(k, w.k_cache, positions);
-    s.kv_write(v, w.v_cache, positions);
+    if (options_.fused_ops) {
+      s.rope_kv_write(q, k, v, w.k_cache, w.v_cache, positions, rope);
+    } else {
+      s.rope(q, q, positions, rope);
+      s.rope(k, k, positions, rope);
+      s.kv_write(k, w.k_cache, positions);
+      s.kv_write(v, w.v_cache, positions);
+    }
     if (decode_step) {
       s.flash_decode(q.reshaped(Shape{c.heads, hd}), w.k_cache, w.v_cache, b.kv_length(),
                      attn.reshaped(Shape{c.heads, hd}), b.flash_scratch, attention);

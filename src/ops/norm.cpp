@@ -1,6 +1,7 @@
 // GraphSession::rms_norm / rms_norm_no_weight / rms_norm_mul / add_rms_norm, and the
 // RMS-norm -> mul fusion rule.
 #include "onepass/ops/norm.h"
+#include "onepass/ops/fusion_rules.h"
 
 #include "onepass/ops/elementwise.h"
 #include "onepass/exec/graph_session.h"
@@ -152,6 +153,7 @@ std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul,
 
 void register_fusion_rules(FusionRules& rules) {
   rules.add({"rms_norm+mul", OpKind::norm, OpKind::mul, fuse_norm_mul});
+  register_matmul_fusion_rules(rules);
 }
 
 }  // namespace ops

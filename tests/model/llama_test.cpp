@@ -260,6 +260,27 @@ TEST(Llama, ReplayedDecodeEqualsReencodedDecodeBitForBit) {
   EXPECT_GT(c.decode_dispatches(), 10u);
 }
 
+TEST(Llama, FusedOpsMatchTheUnfusedSequence) {
+  const uint64_t seed = testing::fresh_seed();
+  auto src = make_random_source(tiny(true, true), DType::f16, seed);
+  auto backend = testing::cpu_backend();
+  LoadOptions fused{.context = 24};
+  LoadOptions unfused = fused;
+  unfused.fused_ops = false;
+  LlamaModel a(backend, *src, fused), b(backend, *src, unfused);
+  const auto tokens = some_tokens(10, seed, 97);
+  const auto pa = a.prefill(std::span(tokens).first(4));
+  const std::vector<float> copy(pa.begin(), pa.end());
+  // Same f32 arithmetic in the same order: bit for bit on the CPU.
+  ASSERT_EQ(std::memcmp(copy.data(), b.prefill(std::span(tokens).first(4)).data(), copy.size() * 4), 0);
+  for (size_t t = 4; t < tokens.size(); ++t) {
+    const auto la = a.decode(tokens[t]);
+    const std::vector<float> lc(la.begin(), la.end());
+    ASSERT_EQ(std::memcmp(lc.data(), b.decode(tokens[t]).data(), lc.size() * 4), 0) << "step " << t;
+  }
+  EXPECT_LT(a.decode_dispatches(), b.decode_dispatches());
+}
+
 TEST(Llama, GreedyDecodeMatchesHostArgmax) {
   auto src = make_random_source(tiny(), DType::f32, 3);
   auto backend = testing::cpu_backend();
@@ -290,6 +311,36 @@ TEST(Llama, BadInputIsAClearError) {
   LlamaConfig bad = tiny();
   bad.heads = 3;
   EXPECT_THROW(make_random_source(bad, DType::f32, 1), Error);
+}
+
+TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  for (DType type : {DType::f16, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    const LlamaConfig c = wide();
+    auto src = make_random_source(c, type, seed);
+    auto gpu = make_cuda_backend(0, testing::test_options());
+    LoadOptions fused{.context = 64};
+    LoadOptions plain = fused;
+    plain.capture.fuse = false;
+    LlamaModel a(gpu, *src, fused), b(gpu, *src, plain);
+    const auto tokens = some_tokens(8, seed, 97);
+    a.prefill(std::span(tokens).first(3));
+    b.prefill(std::span(tokens).first(3));
+    for (size_t t = 3; t < tokens.size(); ++t) {
+      const auto la = a.decode(tokens[t]);
+      const std::vector<float> got(la.begin(), la.end());
+      const auto lb = b.decode(tokens[t]);
+      // Same int8 quantization of x; the fused norm rounds its output once less.
+      expect_logits_near(got, std::vector<double>(lb.begin(), lb.end()), 2e-3, cat("step ", t));
+    }
+    // Per layer: norm->QKV, O->residual, norm->gate/up, gate/up->SiLU, down->residual; and
+    // the final norm into the LM head.
+    EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(5 * c.layers + 1));
+    EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
+    EXPECT_EQ(a.decode_dispatches() + 5 * static_cast<size_t>(c.layers) + 1, b.decode_dispatches());
+  }
 }
 
 TEST(Llama, GpuLogitsMatchCpuLogits) {

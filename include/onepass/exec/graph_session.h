@@ -167,6 +167,11 @@ class GraphSession {
   void flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& kv_length, const TensorView& out,
                     const BufferView& scratch, const ops::AttentionParams& params);
+  /// RoPE on q [tokens, n_head, head_dim] in place, and RoPE'd k and v [tokens, n_kv_head,
+  /// head_dim] written into the caches at positions: rope + rope + kv_write + kv_write in
+  /// one dispatch (the decode step's attention inputs).
+  void rope_kv_write(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
+                     const TensorView& v_cache, const TensorView& positions, const ops::RopeParams& params);
   /// Writes src [tokens, n_kv_head, head_dim] into cache [n_kv_head, ctx, head_dim] at
   /// the rows given by positions (i32 [tokens]), converting to the cache dtype.
   void kv_write(const TensorView& src, const TensorView& cache, const TensorView& positions);

@@ -25,6 +25,9 @@ struct LoadOptions {
   DType kv_type = DType::f16;
   /// Decode by replaying a recorded step (CapturedGraph) instead of re-encoding it.
   bool replay = true;
+  /// Emit composite ops where the op library has them (RoPE + KV-cache writes in one
+  /// dispatch). Off: the unfused sequence, kept as the reference.
+  bool fused_ops = true;
   CaptureOptions capture{};   // passes and encoding of the replayed step
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;

@@ -43,6 +43,23 @@ struct MatmulArgs {
   int64_t out_stride;   // floats between rows of out (>= n)
 };
 
+/// Kernels mv_<W>_f32_fused (CUDA): the matrix-vector product with what the fusion pass
+/// folds into it (ops/fusion_rules.h), each optional:
+///   norm_weight  x rows are first RMS-normalised (eps) and scaled by norm_weight [K]
+///   silu         out[m, j] = silu(w_j · x) * (w_{j+n} · x): w has 2n rows (gate, then up)
+///   residual     out[m, j] += residual[m * residual_stride + j] (0: one broadcast row);
+///                residual may be out itself
+/// mm.n is the number of outputs per row of x. Launch shape: that of mv_<W>_f32 for the
+/// weight's rows.
+struct FusedMatvecArgs {
+  MatmulArgs mm;
+  const float* norm_weight;
+  float eps;
+  int32_t silu;
+  const float* residual;
+  int64_t residual_stride;
+};
+
 /// The op uses mv_* up to this many rows of x, mm_* beyond.
 inline constexpr int64_t kMatmulMvMaxRows = 8;
 

@@ -48,4 +48,33 @@ struct RopeArgs {
   float freq_scale;
 };
 
+/// The attention inputs of one step in one pass (kernels rope_kv_write_<C> and
+/// rope_kv_write_neox_<C>, C the cache type): RoPE on q in place, RoPE'd k and v written
+/// into the caches at the tokens' positions (positions outside [0, ctx) write nothing; k
+/// and v are left as they were). Equals rope(q, q); rope(k, k'); kv_write(k', k_cache);
+/// kv_write(v, v_cache). q, k, v f32 [tokens, heads, head_dim]; caches [kv_heads, ctx,
+/// head_dim]. CPU: one block per token. CUDA: grid (tokens, n_head + 2 n_kv_head), one
+/// block per head row (q rows, then k rows, then v rows), threads over pairs/dims.
+struct RopeKvArgs {
+  float* q;
+  const float* k;
+  const float* v;
+  void* k_cache;
+  void* v_cache;
+  const int32_t* positions;
+  const float* freq_factors;
+  int64_t tokens;
+  int64_t n_head;
+  int64_t n_kv_head;
+  int64_t head_dim;
+  int64_t ctx;
+  int64_t q_stride;      // floats between (token, head) rows of q
+  int64_t k_stride;
+  int64_t v_stride;
+  int64_t cache_stride;  // elements between cache rows
+  int32_t rotary_dims;
+  float theta;
+  float freq_scale;
+};
+
 }  // namespace onepass::ops

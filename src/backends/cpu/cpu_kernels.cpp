@@ -12,6 +12,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_activation_kernels(registry);
   register_softmax_kernels(registry);
   register_rope_kernels(registry);
+  register_rope_kv_kernels(registry);
   register_kv_cache_kernels(registry);
   register_argmax_kernels(registry);
   register_attention_kernels(registry);

@@ -11,6 +11,7 @@ void register_copy_kernels(KernelRegistry& registry);         // copy/convert
 void register_activation_kernels(KernelRegistry& registry);   // gelu, silu, silu_mul, softcap
 void register_softmax_kernels(KernelRegistry& registry);
 void register_rope_kernels(KernelRegistry& registry);
+void register_rope_kv_kernels(KernelRegistry& registry);     // rope + kv_write fused
 void register_kv_cache_kernels(KernelRegistry& registry);     // kv_write
 void register_argmax_kernels(KernelRegistry& registry);
 void register_attention_kernels(KernelRegistry& registry);    // sdpa, flash_decode (+ merge)

@@ -39,12 +39,15 @@ struct Elem<DType::bf16> {
   static constexpr const char* name = "bf16";
 };
 
-/// Programmatic dependent launch: wait until the predecessor kernels' memory is visible.
-/// Every kernel registered with `pdl = true` calls this before touching global memory.
-/// A no-op when the kernel was not launched with PDL.
+/// Programmatic dependent launch. Every kernel registered with `pdl = true` calls this
+/// before touching global memory: it waits until the predecessor grids have completed and
+/// their writes are visible, then lets the next kernel in the chain be launched, so that
+/// kernel's launch and prologue overlap this one's execution (it will in turn wait here
+/// for this grid to complete). No-ops when the kernel was not launched with PDL.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -24,6 +24,35 @@ constexpr int kMvMaxRows = 8;  // rows of x
 
 // ---- x staging ---------------------------------------------------------------------------
 
+// What the fusion pass folded into a matrix-vector product (see FusedMatvecArgs).
+struct MvFusion {
+  const float* norm_weight = nullptr;
+  float eps = 0.0f;
+  bool silu = false;
+  const float* residual = nullptr;
+  int64_t residual_stride = 0;
+};
+
+// 1 / rms of each row of x (fused RMS-norm); every thread gets the values.
+__device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps, float* inv_rms, float* scratch) {
+  for (int64_t m = 0; m < a.m; ++m) {
+    float sum = 0.0f;
+    for (int64_t k = threadIdx.x; k < a.k; k += blockDim.x) {
+      const float v = a.x[m * a.x_stride + k];
+      sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float staged_x(const ops::MatmulArgs& a, const MvFusion& f, const float* inv_rms,
+                                          int64_t m, int64_t k) {
+  const float v = a.x[m * a.x_stride + k];
+  return f.norm_weight ? v * inv_rms[m] * f.norm_weight[k] : v;
+}
+
 struct XQuantSmem {
   int8_t* q;       // [M * K]
   float4* groups;  // [M * K / 32]: d, sum_lo, sum_hi
@@ -32,7 +61,8 @@ struct XQuantSmem {
 // Four adjacent lanes share one group of 32 activations, 8 values each: the reductions
 // are two shuffles deep instead of five, and a block quantizes 16 groups per pass (one
 // warp per group took ~10 us of shuffle latency for K = 8192 before any weight load).
-__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, XQuantSmem s) {
+__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f,
+                                                   const float* inv_rms, XQuantSmem s) {
   const int64_t groups_per_row = a.k / 32;
   const int64_t items = a.m * groups_per_row * 4;
   const int64_t rounded = (items + blockDim.x - 1) / blockDim.x * blockDim.x;  // whole warps iterate
@@ -44,10 +74,10 @@ __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, XQu
     const int64_t c = g - m * groups_per_row;
     float v[8];
     float amax = 0.0f, sum = 0.0f;
-    const float* src = a.x + m * a.x_stride + c * 32 + quarter * 8;
+    const int64_t k0 = c * 32 + quarter * 8;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      v[e] = valid ? src[e] : 0.0f;
+      v[e] = valid ? staged_x(a, f, inv_rms, m, k0 + e) : 0.0f;
       amax = fmaxf(amax, fabsf(v[e]));
       sum += v[e];
     }
@@ -70,22 +100,73 @@ __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, XQu
   }
 }
 
+// The rows a warp works on in one iteration: two consecutive outputs, or with SiLU one
+// output from its gate row j and up row j + n.
+struct MvRows {
+  int64_t first;   // first output of this warp
+  int64_t step;    // outputs between a warp's iterations
+  int64_t outputs; // per iteration: 2, or 1 with SiLU
+};
+
+__device__ __forceinline__ MvRows mv_rows(const ops::MatmulArgs& a, const MvFusion& f) {
+  const int warp = threadIdx.x >> 5;
+  const int64_t per = f.silu ? 1 : kMvRowsPerWarp;
+  return {(int64_t{blockIdx.x} * kMvWarps + warp) * per, int64_t{gridDim.x} * kMvWarps * per, per};
+}
+
+// Warp sums and the fused epilogue: out[m, j] (+ residual), or silu(gate) * up.
+__device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0,
+                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < kMvMaxRows; ++m) {
+    if (m >= a.m) break;
+    const float v0 = warp_sum(acc[m][0]);
+    const float v1 = warp_sum(acc[m][1]);
+    if (lane != 0) continue;
+    if (f.silu) {
+      if (j0 >= a.n) continue;
+      float v = v0 / (1.0f + __expf(-v0)) * v1;
+      if (f.residual) v += f.residual[m * f.residual_stride + j0];
+      a.out[m * a.out_stride + j0] = v;
+    } else {
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) {
+        const int64_t j = j0 + r;
+        if (j >= a.n) continue;
+        float v = r == 0 ? v0 : v1;
+        if (f.residual) v += f.residual[m * f.residual_stride + j];
+        a.out[m * a.out_stride + j] = v;
+      }
+    }
+  }
+}
+
+// Weight row of the r-th row a warp reads for output j0 (clamped: a missing second row
+// reads the first again and its result is dropped, so the loop has no branches).
+__device__ __forceinline__ int64_t mv_weight_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0, int r) {
+  if (f.silu) return j0 + (r == 0 ? 0 : a.n);
+  return j0 + r < a.n ? j0 + r : j0;
+}
+
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using F = quantdot::Format<W>;
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float inv_rms[kMvMaxRows];
+  __shared__ float scratch[32];
   const int64_t xq_bytes = (a.m * a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
   pdl_wait();
-  quantize_x_to_smem(a, xs);
+  if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
+  quantize_x_to_smem(a, f, inv_rms, xs);
   __syncthreads();
 
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   const int64_t units = a.k / 32;
   const auto* w = static_cast<const uint8_t*>(a.w);
-  const int64_t step = int64_t{gridDim.x} * kMvWarps * kMvRowsPerWarp;
-  for (int64_t row0 = (int64_t{blockIdx.x} * kMvWarps + warp) * kMvRowsPerWarp; row0 < a.n; row0 += step) {
+  const MvRows rows_of = mv_rows(a, f);
+  for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -94,11 +175,7 @@ __global__ void __launch_bounds__(kMvWarps * 32) mv_quant_kernel(const __grid_co
     }
     const uint8_t* rows[kMvRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kMvRowsPerWarp; ++r) {
-      // A missing second row reads the first again (result discarded): no branch in the loop.
-      const int64_t row = row0 + r < a.n ? row0 + r : row0;
-      rows[r] = w + row * a.w_row_bytes;
-    }
+    for (int r = 0; r < kMvRowsPerWarp; ++r) rows[r] = w + mv_weight_row(a, f, j0, r) * a.w_row_bytes;
     for (int64_t u = lane; u < units; u += 32) {
       const int64_t block = u / F::kUnits;
       const int sub = static_cast<int>(u - block * F::kUnits);
@@ -111,19 +188,9 @@ __global__ void __launch_bounds__(kMvWarps * 32) mv_quant_kernel(const __grid_co
         for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] += F::unit_dot(rows[r] + block * F::kBlockBytes, sub, x);
       }
     }
-#pragma unroll
-    for (int m = 0; m < kMvMaxRows; ++m) {
-      if (m >= a.m) break;
-#pragma unroll
-      for (int r = 0; r < kMvRowsPerWarp; ++r) {
-        const float v = warp_sum(acc[m][r]);
-        if (lane == 0 && row0 + r < a.n) a.out[m * a.out_stride + row0 + r] = v;
-      }
-    }
+    mv_store(a, f, j0, acc);
   }
 }
-
-// ---- dense mv --------------------------------------------------------------------------
 
 template <DType W>
 __device__ __forceinline__ float load_weight(const void* w, int64_t i) {
@@ -131,23 +198,25 @@ __device__ __forceinline__ float load_weight(const void* w, int64_t i) {
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using S = typename Elem<W>::storage;
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float inv_rms[kMvMaxRows];
+  __shared__ float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
   pdl_wait();
+  if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
   for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
     const int64_t m = i / a.k;
-    xs[i] = a.x[m * a.x_stride + (i - m * a.k)];
+    xs[i] = staged_x(a, f, inv_rms, m, i - m * a.k);
   }
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
   const auto* wb = static_cast<const unsigned char*>(a.w);
   const bool vector = a.k % kVec == 0 && a.w_row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(wb) & 15) == 0;
-  const int64_t step = int64_t{gridDim.x} * kMvWarps * kMvRowsPerWarp;
-  for (int64_t row0 = (int64_t{blockIdx.x} * kMvWarps + warp) * kMvRowsPerWarp; row0 < a.n; row0 += step) {
+  const MvRows rows_of = mv_rows(a, f);
+  for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -157,8 +226,7 @@ __global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_co
     const S* rows[kMvRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) {
-      const int64_t row = row0 + r < a.n ? row0 + r : row0;
-      rows[r] = reinterpret_cast<const S*>(wb + row * a.w_row_bytes);
+      rows[r] = reinterpret_cast<const S*>(wb + mv_weight_row(a, f, j0, r) * a.w_row_bytes);
     }
     if (vector) {
       for (int64_t c = lane; c < a.k / kVec; c += 32) {
@@ -196,16 +264,32 @@ __global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_co
         }
       }
     }
-#pragma unroll
-    for (int m = 0; m < kMvMaxRows; ++m) {
-      if (m >= a.m) break;
-#pragma unroll
-      for (int r = 0; r < kMvRowsPerWarp; ++r) {
-        const float v = warp_sum(acc[m][r]);
-        if (lane == 0 && row0 + r < a.n) a.out[m * a.out_stride + row0 + r] = v;
-      }
-    }
+    mv_store(a, f, j0, acc);
   }
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  mv_quant_body<W>(a, MvFusion{});
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  mv_dense_body<W>(a, MvFusion{});
+}
+
+__device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
+  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride};
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+  mv_quant_body<W>(f.mm, fusion_of(f));
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32) mv_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+  mv_dense_body<W>(f.mm, fusion_of(f));
 }
 
 // ---- mm (CUDA cores) ---------------------------------------------------------------------
@@ -303,9 +387,15 @@ void register_weight_type(KernelRegistry& registry) {
   if constexpr (W == DType::f32 || W == DType::f16 || W == DType::bf16) {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_dense_kernel<W>),
                                                    kMvWarps * 32, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
+                                                        reinterpret_cast<const void*>(&mv_dense_fused_kernel<W>),
+                                                        kMvWarps * 32, true, kMvSharedBytes));
   } else {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_quant_kernel<W>),
                                                    kMvWarps * 32, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
+                                                        reinterpret_cast<const void*>(&mv_quant_fused_kernel<W>),
+                                                        kMvWarps * 32, true, kMvSharedBytes));
   }
   registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_kernel<W>), 256));
 }

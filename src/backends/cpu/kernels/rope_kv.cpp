@@ -1,0 +1,69 @@
+// CPU kernels: rope_kv_write_<C> and rope_kv_write_neox_<C>. One token per block, the same
+// f32 arithmetic as rope_<T> and kv_write_<S>_<C>.
+#include <cmath>
+#include <vector>
+
+#include "onepass/ops/rope.h"
+#include "../cpu_kernels.h"
+#include "float_types.h"
+
+namespace onepass::cpu {
+namespace {
+
+template <DType C, bool kNeox>
+void rope_kv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+  using Out = Elem<C>;
+  using S = typename Out::storage;
+  const auto& a = *static_cast<const ops::RopeKvArgs*>(raw);
+  const int64_t half = a.rotary_dims / 2;
+  std::vector<float> cosines(static_cast<size_t>(half)), sines(static_cast<size_t>(half));
+  for (uint64_t block = first; block < end; ++block) {
+    const auto token = static_cast<int64_t>(block);
+    if (token >= a.tokens) break;
+    const int32_t position = a.positions[token];
+    for (int64_t i = 0; i < half; ++i) {
+      const float exponent = -static_cast<float>(2 * i) / static_cast<float>(a.rotary_dims);
+      float inv_freq = std::pow(a.theta, exponent) * a.freq_scale;
+      if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
+      const float angle = static_cast<float>(position) * inv_freq;
+      cosines[static_cast<size_t>(i)] = std::cos(angle);
+      sines[static_cast<size_t>(i)] = std::sin(angle);
+    }
+    auto rotate = [&](const float* x, auto&& put) {
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t i0 = kNeox ? i : 2 * i;
+        const int64_t i1 = kNeox ? i + half : 2 * i + 1;
+        const float x0 = x[i0], x1 = x[i1];
+        const float c = cosines[static_cast<size_t>(i)], s = sines[static_cast<size_t>(i)];
+        put(i0, x0 * c - x1 * s);
+        put(i1, x0 * s + x1 * c);
+      }
+    };
+    for (int64_t h = 0; h < a.n_head; ++h) {  // q in place: each pair read before written
+      float* q = a.q + (token * a.n_head + h) * a.q_stride;
+      rotate(q, [&](int64_t d, float value) { q[d] = value; });
+    }
+    if (position < 0 || position >= a.ctx) continue;  // device data: never write outside
+    for (int64_t h = 0; h < a.n_kv_head; ++h) {
+      const float* k = a.k + (token * a.n_kv_head + h) * a.k_stride;
+      const float* v = a.v + (token * a.n_kv_head + h) * a.v_stride;
+      S* kc = static_cast<S*>(a.k_cache) + (h * a.ctx + position) * a.cache_stride;
+      S* vc = static_cast<S*>(a.v_cache) + (h * a.ctx + position) * a.cache_stride;
+      rotate(k, [&](int64_t d, float value) { kc[d] = Out::store(value); });
+      for (int64_t d = a.rotary_dims; d < a.head_dim; ++d) kc[d] = Out::store(k[d]);
+      for (int64_t d = 0; d < a.head_dim; ++d) vc[d] = Out::store(v[d]);
+    }
+  }
+}
+
+}  // namespace
+
+void register_rope_kv_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType C>() {
+    const std::string c = Elem<C>::name;
+    registry.add(make_cpu_kernel<ops::RopeKvArgs>("rope_kv_write_" + c, rope_kv_kernel<C, false>));
+    registry.add(make_cpu_kernel<ops::RopeKvArgs>("rope_kv_write_neox_" + c, rope_kv_kernel<C, true>));
+  });
+}
+
+}  // namespace onepass::cpu

@@ -1,0 +1,72 @@
+// CUDA kernels: rope_kv_write_<C> and rope_kv_write_neox_<C>. One block per (token, head
+// row): q rows rotate in place, k rows rotate into the cache, v rows copy into it. Angles
+// in f32 in the order of rope_<T> (powf, factor, position, sincosf), so the fused and the
+// unfused paths round alike.
+#include "common.cuh"
+#include "onepass/ops/rope.h"
+#include "registration.h"
+
+namespace onepass::cuda {
+namespace {
+
+template <DType C, bool kNeox>
+__global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
+  using Out = Elem<C>;
+  using S = typename Out::storage;
+  pdl_wait();
+  const int64_t token = blockIdx.x;
+  const int64_t row = blockIdx.y;
+  const int32_t position = a.positions[token];
+  const int64_t half = a.rotary_dims / 2;
+  const bool is_q = row < a.n_head;
+  const bool is_k = !is_q && row < a.n_head + a.n_kv_head;
+  if (!is_q && (position < 0 || position >= a.ctx)) return;  // device data: never write outside
+  if (is_q || is_k) {
+    float* q = a.q + (token * a.n_head + row) * a.q_stride;
+    const int64_t kh = row - a.n_head;
+    const float* k = a.k + (token * a.n_kv_head + kh) * a.k_stride;
+    S* kc = is_k ? static_cast<S*>(a.k_cache) + (kh * a.ctx + position) * a.cache_stride : nullptr;
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+      const float exponent = -static_cast<float>(2 * i) / static_cast<float>(a.rotary_dims);
+      float inv_freq = powf(a.theta, exponent) * a.freq_scale;
+      if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
+      const float angle = static_cast<float>(position) * inv_freq;
+      float s, c;
+      sincosf(angle, &s, &c);
+      const int64_t i0 = kNeox ? i : 2 * i;
+      const int64_t i1 = kNeox ? i + half : 2 * i + 1;
+      const float* x = is_q ? q : k;
+      const float x0 = x[i0], x1 = x[i1];
+      const float y0 = x0 * c - x1 * s;
+      const float y1 = x0 * s + x1 * c;
+      if (is_q) {
+        q[i0] = y0;
+        q[i1] = y1;
+      } else {
+        kc[i0] = Out::store(y0);
+        kc[i1] = Out::store(y1);
+      }
+    }
+    if (is_k) {
+      for (int64_t d = a.rotary_dims + threadIdx.x; d < a.head_dim; d += blockDim.x) kc[d] = Out::store(k[d]);
+    }
+    return;
+  }
+  const int64_t vh = row - a.n_head - a.n_kv_head;
+  const float* v = a.v + (token * a.n_kv_head + vh) * a.v_stride;
+  S* vc = static_cast<S*>(a.v_cache) + (vh * a.ctx + position) * a.cache_stride;
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) vc[d] = Out::store(v[d]);
+}
+
+}  // namespace
+
+void register_rope_kv_cuda_kernels(KernelRegistry& registry) {
+  for_each_float_type([&]<DType C>() {
+    const std::string c = Elem<C>::name;
+    registry.add(make_cuda_kernel<ops::RopeKvArgs>("rope_kv_write_" + c, reinterpret_cast<const void*>(&rope_kv_kernel<C, false>), 256));
+    registry.add(make_cuda_kernel<ops::RopeKvArgs>("rope_kv_write_neox_" + c,
+                                                   reinterpret_cast<const void*>(&rope_kv_kernel<C, true>), 256));
+  });
+}
+
+}  // namespace onepass::cuda

@@ -1,0 +1,116 @@
+// Fusion rules around the matrix-vector product (decode): RMS-norm -> matmul, matmul ->
+// residual add, gate/up matmul -> SiLU x mul. They apply on backends that register the
+// fused kernels (mv_<W>_f32_fused; CUDA); elsewhere the unfused graph runs, and it is the
+// reference the fused kernels are tested against.
+#include <string>
+
+#include "onepass/ops/activation.h"
+#include "onepass/ops/elementwise.h"
+#include "onepass/ops/fusion_rules.h"
+#include "onepass/ops/matmul.h"
+#include "onepass/ops/norm.h"
+
+namespace onepass::ops {
+namespace {
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A matrix-vector dispatch as fused arguments (plain or already fused), with the name of
+// the fused kernel; nullopt for anything else (matrix-matrix, other ops).
+struct Matvec {
+  FusedMatvecArgs args{};
+  const Kernel* fused = nullptr;
+};
+
+std::optional<Matvec> as_matvec(const Dispatch& d, const KernelRegistry& registry) {
+  const std::string& name = d.kernel->name;
+  if (!starts_with(name, "mv_") || starts_with(name, "mv_id_") || starts_with(name, "mv_affine")) return std::nullopt;
+  Matvec mv;
+  if (ends_with(name, "_f32_fused")) {
+    mv.args = d.args_as<FusedMatvecArgs>();
+    mv.fused = d.kernel;
+  } else if (ends_with(name, "_f32")) {
+    mv.args.mm = d.args_as<MatmulArgs>();
+    mv.fused = registry.find(name + "_fused");
+  }
+  if (mv.fused == nullptr) return std::nullopt;
+  return mv;
+}
+
+Dispatch fused_dispatch(const Matvec& mv, const Dispatch& shape) {
+  return Dispatch(*mv.fused, shape.dims, mv.args, OpKind::matmul);
+}
+
+// rms_norm_f32(x, w) -> xn; mv(xn)  ==>  mv with x normalised while it is staged.
+std::optional<Dispatch> fuse_norm_matvec(const Dispatch& norm, const Dispatch& matmul, const KernelRegistry& registry) {
+  if (norm.kernel->name != "rms_norm_f32") return std::nullopt;
+  std::optional<Matvec> mv = as_matvec(matmul, registry);
+  if (!mv || mv->args.norm_weight != nullptr) return std::nullopt;
+  const auto n = norm.args_as<RmsNormArgs>();
+  const MatmulArgs& m = mv->args.mm;
+  if (n.weight == nullptr || n.scale != nullptr) return std::nullopt;
+  if (n.out != m.x || n.out_stride != m.x_stride || n.rows != m.m || n.cols != m.k) return std::nullopt;
+  mv->args.mm.x = static_cast<const float*>(n.x);
+  mv->args.mm.x_stride = n.x_stride;
+  mv->args.norm_weight = n.weight;
+  mv->args.eps = n.eps;
+  return fused_dispatch(*mv, matmul);
+}
+
+// mv -> tmp; add(tmp, r) or add(r, tmp) -> out  ==>  mv writing out = r + product.
+std::optional<Dispatch> fuse_matvec_add(const Dispatch& matmul, const Dispatch& add, const KernelRegistry& registry) {
+  if (add.kernel->name != "add_f32") return std::nullopt;
+  std::optional<Matvec> mv = as_matvec(matmul, registry);
+  if (!mv || mv->args.residual != nullptr) return std::nullopt;
+  const auto b = add.args_as<BinaryArgs>();
+  const MatmulArgs& m = mv->args.mm;
+  if (b.rows != m.m || b.cols != m.n) return std::nullopt;
+  const float* residual = nullptr;
+  int64_t residual_stride = 0;
+  if (b.a == m.out && b.a_stride == m.out_stride) {
+    residual = static_cast<const float*>(b.b);
+    residual_stride = b.b_stride * b.b_row_step;
+  } else if (b.b == m.out && b.b_stride == m.out_stride && b.b_row_step == 1) {
+    residual = static_cast<const float*>(b.a);
+    residual_stride = b.a_stride;
+  } else {
+    return std::nullopt;
+  }
+  mv->args.residual = residual;
+  mv->args.residual_stride = residual_stride;
+  mv->args.mm.out = static_cast<float*>(b.out);
+  mv->args.mm.out_stride = b.out_stride;
+  return fused_dispatch(*mv, matmul);
+}
+
+// mv -> [gate | up]; silu_mul(gate, up) -> out  ==>  mv with rows j and j + n paired.
+std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch& act, const KernelRegistry& registry) {
+  if (act.kernel->name != "silu_mul_f32") return std::nullopt;
+  std::optional<Matvec> mv = as_matvec(matmul, registry);
+  if (!mv || mv->args.silu || mv->args.residual != nullptr || mv->args.mm.n % 2 != 0) return std::nullopt;
+  const auto s = act.args_as<SiluMulArgs>();
+  const MatmulArgs& m = mv->args.mm;
+  const int64_t half = m.n / 2;
+  if (s.rows != m.m || s.cols != half || s.a != m.out || s.b != static_cast<const void*>(m.out + half) ||
+      s.a_stride != m.out_stride || s.b_stride != m.out_stride) {
+    return std::nullopt;
+  }
+  mv->args.silu = 1;
+  mv->args.mm.n = half;
+  mv->args.mm.out = static_cast<float*>(s.out);
+  mv->args.mm.out_stride = s.out_stride;
+  return fused_dispatch(*mv, matmul);
+}
+
+}  // namespace
+
+void register_matmul_fusion_rules(FusionRules& rules) {
+  rules.add({"rms_norm+matvec", OpKind::norm, OpKind::matmul, fuse_norm_matvec});
+  rules.add({"matvec+add", OpKind::matmul, OpKind::add, fuse_matvec_add});
+  rules.add({"matvec+silu_mul", OpKind::matmul, OpKind::activation, fuse_matvec_silu});
+}
+
+}  // namespace onepass::ops

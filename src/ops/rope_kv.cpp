@@ -1,0 +1,83 @@
+// GraphSession::rope_kv_write: RoPE on q and k plus the KV-cache writes, in one dispatch.
+#include <algorithm>
+
+#include "onepass/exec/graph_session.h"
+#include "onepass/ops/rope.h"
+#include "op_common.h"
+
+namespace onepass {
+
+void GraphSession::rope_kv_write(const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& k_cache, const TensorView& v_cache, const TensorView& positions,
+                                 const ops::RopeParams& params) {
+  using namespace ops::detail;
+  const char* op = "rope_kv_write";
+  for (const auto& [t, what] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    require_data(*t, op, what);
+    require_dtype(*t, DType::f32, op, what);
+    check(t->shape.ndim() == 3, op, what, " has shape ", t->shape.str(), ", expected [tokens, heads, head_dim]");
+  }
+  require_data(k_cache, op, "k_cache");
+  require_data(v_cache, op, "v_cache");
+  require_same_dtype(k_cache, v_cache, op, "k_cache", "v_cache");
+  check(k_cache.dtype == DType::f16 || k_cache.dtype == DType::f32 || k_cache.dtype == DType::bf16, op,
+        "caches must be f16, f32 or bf16, got ", dtype_name(k_cache.dtype));
+  require_dtype(positions, DType::i32, op, "positions");
+  const int64_t tokens = q.shape[0];
+  const int64_t n_head = q.shape[1];
+  const int64_t head_dim = q.shape[2];
+  const int64_t n_kv_head = k.shape[1];
+  check(k.shape == v.shape && k.shape[0] == tokens && k.shape[2] == head_dim, op, "k ", k.shape.str(), " and v ",
+        v.shape.str(), " must be [", tokens, ", kv_heads, ", head_dim, "]");
+  check(k_cache.shape.ndim() == 3 && k_cache.shape == v_cache.shape && k_cache.shape[0] == n_kv_head &&
+            k_cache.shape[2] == head_dim && k_cache.contiguous(),
+        op, "caches have shape ", k_cache.shape.str(), ", expected [", n_kv_head, ", ctx, ", head_dim, "]");
+  check(positions.numel() == tokens && positions.contiguous(), op, "positions has ", positions.numel(),
+        " values, expected ", tokens);
+  const int32_t rotary = params.rotary_dims == 0 ? static_cast<int32_t>(head_dim) : params.rotary_dims;
+  check(rotary > 0 && rotary % 2 == 0 && rotary <= head_dim, op, "rotary dims ", rotary,
+        " must be even and at most head_dim ", head_dim);
+  check(params.theta > 0, op, "theta must be positive");
+  if (params.freq_factors.view) {
+    require_dtype(params.freq_factors, DType::f32, op, "freq_factors");
+    check(params.freq_factors.numel() == rotary / 2, op, "freq_factors has ", params.freq_factors.numel(),
+          " values, expected ", rotary / 2);
+  }
+  ops::RopeKvArgs a{};
+  a.q = static_cast<float*>(q.data());
+  a.k = static_cast<const float*>(k.data());
+  a.v = static_cast<const float*>(v.data());
+  a.k_cache = k_cache.data();
+  a.v_cache = v_cache.data();
+  a.positions = static_cast<const int32_t*>(positions.data());
+  a.freq_factors = params.freq_factors.view ? static_cast<const float*>(params.freq_factors.data()) : nullptr;
+  a.tokens = tokens;
+  a.n_head = n_head;
+  a.n_kv_head = n_kv_head;
+  a.head_dim = head_dim;
+  a.ctx = k_cache.shape[1];
+  a.q_stride = element_stride(q, op, "q");
+  a.k_stride = element_stride(k, op, "k");
+  a.v_stride = element_stride(v, op, "v");
+  a.cache_stride = head_dim;
+  a.rotary_dims = rotary;
+  a.theta = params.theta;
+  a.freq_scale = params.freq_scale;
+  const bool neox = params.layout == ops::RopeLayout::neox;
+  const Kernel& kernel = backend().registry().get(
+      cat(neox ? "rope_kv_write_neox_" : "rope_kv_write_", dtype_name(k_cache.dtype)));
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(tokens, 1));
+  if (!on_cpu(backend())) {
+    dims.grid.y = static_cast<uint32_t>(n_head + 2 * n_kv_head);
+    dims.block.x = static_cast<uint32_t>(std::clamp<int64_t>((head_dim / 2 + 31) / 32 * 32, 32, 256));
+  }
+  Dispatch d(kernel, dims, a, OpKind::rope, op);
+  d.read(q).read(k).read(v).read(positions).write(q).write(k_cache).write(v_cache);
+  if (params.freq_factors.view) d.read(params.freq_factors);
+  d.moved_bytes = 2 * q.span_bytes() + k.span_bytes() + v.span_bytes() +
+                  2 * static_cast<uint64_t>(tokens * n_kv_head) * dtype_bytes(k_cache.dtype, head_dim);
+  dispatch(std::move(d));
+}
+
+}  // namespace onepass

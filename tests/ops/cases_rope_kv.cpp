@@ -1,0 +1,103 @@
+// Op cases: rope_kv_write — RoPE on q in place, RoPE'd k and v into the caches — against
+// a float64 reference, with out-of-range positions (no cache write) and untouched rows.
+#include <algorithm>
+#include <cmath>
+
+#include "onepass/ops/rope.h"
+#include "support/op_harness.h"
+
+namespace onepass::testing {
+namespace {
+
+struct RopeKvCase {
+  const char* name;
+  int64_t tokens, heads, kv_heads, head_dim;
+  int32_t rotary;
+  bool neox;
+  bool factors;
+  DType cache;
+};
+
+// angle = p * freq_scale * theta^(-2i / rotary) / factor_i, rotation of pairs; f64.
+void rotate(std::vector<double>& v, size_t base, int64_t head_dim, int64_t rotary, double position, bool neox,
+            const std::vector<double>* factors) {
+  (void)head_dim;
+  const int64_t half = rotary / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double angle = position * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rotary));
+    if (factors) angle /= (*factors)[static_cast<size_t>(i)];
+    const size_t i0 = base + static_cast<size_t>(neox ? i : 2 * i);
+    const size_t i1 = base + static_cast<size_t>(neox ? i + half : 2 * i + 1);
+    const double x0 = v[i0], x1 = v[i1];
+    v[i0] = x0 * std::cos(angle) - x1 * std::sin(angle);
+    v[i1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+  }
+}
+
+}  // namespace
+
+ONEPASS_OP_CASES(rope_kv) {
+  const std::vector<RopeKvCase> shapes = {
+      {"decode_gqa4", 1, 32, 8, 64, 0, false, false, DType::f16},
+      {"decode_neox_factors", 1, 9, 3, 64, 0, true, true, DType::f16},
+      {"prefill_partial", 7, 6, 2, 80, 48, false, false, DType::f32},
+      {"prefill_bf16", 5, 4, 4, 128, 0, true, false, DType::bf16},
+  };
+  for (const RopeKvCase& s : shapes) {
+    cases.push_back({cat("rope_kv_write/", s.name), [=](OpContext& c) {
+      const int64_t ctx = 40;
+      TensorView q = c.random_input(DType::f32, {s.tokens, s.heads, s.head_dim});
+      TensorView k = c.random_input(DType::f32, {s.tokens, s.kv_heads, s.head_dim});
+      TensorView v = c.random_input(DType::f32, {s.tokens, s.kv_heads, s.head_dim});
+      // Caches start with random contents: rows nobody writes must keep them.
+      TensorView kc = c.random_input(s.cache, {s.kv_heads, ctx, s.head_dim});
+      TensorView vc = c.random_input(s.cache, {s.kv_heads, ctx, s.head_dim});
+      std::vector<int32_t> pos(static_cast<size_t>(s.tokens));
+      for (int64_t t = 0; t < s.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7 + 3) % (ctx - 2));
+      if (s.tokens > 2) pos[2] = static_cast<int32_t>(ctx + 5);  // out of range: q rotates, no cache write
+      TensorView positions = c.input_i32({s.tokens}, pos);
+      const int32_t rotary = s.rotary == 0 ? static_cast<int32_t>(s.head_dim) : s.rotary;
+      ops::RopeParams p;
+      p.layout = s.neox ? ops::RopeLayout::neox : ops::RopeLayout::normal;
+      p.rotary_dims = s.rotary;
+      p.theta = 10000.0f;
+      std::vector<double> factor_values;
+      if (s.factors) {
+        p.freq_factors = c.random_input(DType::f32, {rotary / 2}, 1.0f, 8.0f);
+        factor_values = c.host(p.freq_factors);
+      }
+      const std::vector<double> q0 = c.host(q);
+      std::vector<double> want_q = q0, want_k = c.host(k), want_kc = c.host(kc), want_vc = c.host(vc);
+      const std::vector<double>& vv = c.host(v);
+      c.session().rope_kv_write(q, k, v, kc, vc, positions, p);
+      c.run();
+      const std::vector<double>* f = s.factors ? &factor_values : nullptr;
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        const double position = pos[static_cast<size_t>(t)];
+        for (int64_t h = 0; h < s.heads; ++h) {
+          rotate(want_q, static_cast<size_t>((t * s.heads + h) * s.head_dim), s.head_dim, rotary, position, s.neox, f);
+        }
+        for (int64_t h = 0; h < s.kv_heads; ++h) {
+          rotate(want_k, static_cast<size_t>((t * s.kv_heads + h) * s.head_dim), s.head_dim, rotary, position, s.neox, f);
+        }
+        if (position < 0 || position >= static_cast<double>(ctx)) continue;
+        for (int64_t h = 0; h < s.kv_heads; ++h) {
+          for (int64_t d = 0; d < s.head_dim; ++d) {
+            const size_t src = static_cast<size_t>((t * s.kv_heads + h) * s.head_dim + d);
+            const size_t dst = static_cast<size_t>((h * ctx + static_cast<int64_t>(position)) * s.head_dim + d);
+            want_kc[dst] = round_to(s.cache, static_cast<float>(want_k[src]));
+            want_vc[dst] = round_to(s.cache, static_cast<float>(vv[src]));
+          }
+        }
+      }
+      // f32 angles: |error| <= 8 ulp of the largest angle, times the pair's magnitude.
+      const double angle_tol = 8 * 0x1p-24 * static_cast<double>(ctx + 5) * std::sqrt(2.0);
+      c.expect_near(q, want_q, Tolerance{angle_tol + 1e-6, 1e-6}, "q");
+      const Tolerance cache_tol = tolerance(s.cache, 1e-6, angle_tol + 1e-6);
+      c.expect_near(kc, want_kc, cache_tol, "k_cache");
+      c.expect_near(vc, want_vc, cache_tol, "v_cache");
+    }});
+  }
+}
+
+}  // namespace onepass::testing
