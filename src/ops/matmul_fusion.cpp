@@ -40,6 +40,9 @@ std::optional<Matvec> as_matvec(const Dispatch& d, const KernelRegistry& registr
   return mv;
 }
 
+// Row strides only matter when there is more than one row.
+bool same_stride(int64_t a, int64_t b, int64_t rows) { return rows <= 1 || a == b; }
+
 Dispatch fused_dispatch(const Matvec& mv, const Dispatch& shape) {
   return Dispatch(*mv.fused, shape.dims, mv.args, OpKind::matmul);
 }
@@ -52,7 +55,7 @@ std::optional<Dispatch> fuse_norm_matvec(const Dispatch& norm, const Dispatch& m
   const auto n = norm.args_as<RmsNormArgs>();
   const MatmulArgs& m = mv->args.mm;
   if (n.weight == nullptr || n.scale != nullptr) return std::nullopt;
-  if (n.out != m.x || n.out_stride != m.x_stride || n.rows != m.m || n.cols != m.k) return std::nullopt;
+  if (n.out != m.x || !same_stride(n.out_stride, m.x_stride, m.m) || n.rows != m.m || n.cols != m.k) return std::nullopt;
   mv->args.mm.x = static_cast<const float*>(n.x);
   mv->args.mm.x_stride = n.x_stride;
   mv->args.norm_weight = n.weight;
@@ -70,10 +73,10 @@ std::optional<Dispatch> fuse_matvec_add(const Dispatch& matmul, const Dispatch& 
   if (b.rows != m.m || b.cols != m.n) return std::nullopt;
   const float* residual = nullptr;
   int64_t residual_stride = 0;
-  if (b.a == m.out && b.a_stride == m.out_stride) {
+  if (b.a == m.out && same_stride(b.a_stride, m.out_stride, m.m)) {
     residual = static_cast<const float*>(b.b);
     residual_stride = b.b_stride * b.b_row_step;
-  } else if (b.b == m.out && b.b_stride == m.out_stride && b.b_row_step == 1) {
+  } else if (b.b == m.out && same_stride(b.b_stride, m.out_stride, m.m) && b.b_row_step == 1) {
     residual = static_cast<const float*>(b.a);
     residual_stride = b.a_stride;
   } else {
@@ -95,7 +98,7 @@ std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch&
   const MatmulArgs& m = mv->args.mm;
   const int64_t half = m.n / 2;
   if (s.rows != m.m || s.cols != half || s.a != m.out || s.b != static_cast<const void*>(m.out + half) ||
-      s.a_stride != m.out_stride || s.b_stride != m.out_stride) {
+      !same_stride(s.a_stride, m.out_stride, m.m) || !same_stride(s.b_stride, m.out_stride, m.m)) {
     return std::nullopt;
   }
   mv->args.silu = 1;

@@ -476,7 +476,10 @@ std::unique_ptr<Submission> CudaBackend::new_submission(SubmitMode mode, std::st
 void* CudaBackend::allocate_raw(size_t bytes) {
   activate();
   void* p = nullptr;
-  const cudaError_t status = cudaMalloc(&p, bytes);
+  // Sizes are padded to 256 bytes: kernels may read whole 16-byte words past the end of
+  // a row that ends unaligned, and those stay inside the allocation.
+  const size_t padded = (bytes + 255) / 256 * 256;
+  const cudaError_t status = cudaMalloc(&p, padded);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     size_t free_bytes = 0, total = 0;

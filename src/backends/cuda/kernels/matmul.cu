@@ -149,12 +149,26 @@ __device__ __forceinline__ int64_t mv_weight_row(const ops::MatmulArgs& a, const
   return j0 + r < a.n ? j0 + r : j0;
 }
 
+// Words of 16 bytes a warp stages per row and chunk: a chunk is 32 units (one per lane),
+// whose bytes are contiguous in the row; one more word for an unaligned start.
+template <DType W>
+constexpr int mv_stage_words() {
+  using F = quantdot::Format<W>;
+  constexpr int bytes = 32 / F::kUnits * F::kBlockBytes;
+  return (bytes + 15) / 16 + 1;
+}
+
 template <DType W>
 __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using F = quantdot::Format<W>;
+  constexpr int kWords = mv_stage_words<W>();
+  constexpr int kLoads = (kWords + 31) / 32;  // 16-byte loads per lane and row
+  constexpr int kChunkBytes = 32 / F::kUnits * F::kBlockBytes;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
+  // Each warp's staging area: kLoads * 32 words per row.
+  __shared__ uint4 stage[kMvWarps][kMvRowsPerWarp][kLoads * 32];
   const int64_t xq_bytes = (a.m * a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
   pdl_wait();
@@ -163,7 +177,9 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   __syncthreads();
 
   const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   const int64_t units = a.k / 32;
+  const int64_t chunks = (units + 31) / 32;
   const auto* w = static_cast<const uint8_t*>(a.w);
   const MvRows rows_of = mv_rows(a, f);
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
@@ -176,16 +192,50 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     const uint8_t* rows[kMvRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) rows[r] = w + mv_weight_row(a, f, j0, r) * a.w_row_bytes;
-    for (int64_t u = lane; u < units; u += 32) {
-      const int64_t block = u / F::kUnits;
-      const int sub = static_cast<int>(u - block * F::kUnits);
+    // Coalesced 16-byte loads of a chunk's bytes (from the 16-byte boundary at or before
+    // its start; allocations are padded so the last row's tail stays inside).
+    uint4 next[kMvRowsPerWarp][kLoads];
+    auto load_chunk = [&](int64_t c) {
 #pragma unroll
-      for (int m = 0; m < kMvMaxRows; ++m) {
-        if (m >= a.m) break;
-        const float4 g = xs.groups[m * units + u];
-        const quantdot::XGroup x{xs.q + (m * units + u) * 32, g.x, g.y, g.z};
+      for (int r = 0; r < kMvRowsPerWarp; ++r) {
+        const uintptr_t begin = reinterpret_cast<uintptr_t>(rows[r]) + c * kChunkBytes;
+        const int64_t bytes = min(int64_t{kChunkBytes}, a.w_row_bytes - c * kChunkBytes);
+        const uintptr_t aligned = begin & ~uintptr_t{15};
+        const int words = static_cast<int>((begin + bytes - aligned + 15) / 16);
 #pragma unroll
-        for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] += F::unit_dot(rows[r] + block * F::kBlockBytes, sub, x);
+        for (int i = 0; i < kLoads; ++i) {
+          const int word = lane + 32 * i;
+          next[r][i] = word < words ? reinterpret_cast<const uint4*>(aligned)[word] : make_uint4(0, 0, 0, 0);
+        }
+      }
+    };
+    load_chunk(0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      __syncwarp();  // every lane is done with the previous chunk's stage
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) {
+#pragma unroll
+        for (int i = 0; i < kLoads; ++i) stage[warp][r][lane + 32 * i] = next[r][i];
+      }
+      __syncwarp();
+      if (c + 1 < chunks) load_chunk(c + 1);  // in flight while this chunk is computed
+      const int64_t u = c * 32 + lane;
+      if (u < units) {
+        const int local_block = lane / F::kUnits;
+        const int sub = lane - local_block * F::kUnits;
+#pragma unroll
+        for (int m = 0; m < kMvMaxRows; ++m) {
+          if (m >= a.m) break;
+          const float4 g = xs.groups[m * units + u];
+          const quantdot::XGroup x{xs.q + (m * units + u) * 32, g.x, g.y, g.z};
+#pragma unroll
+          for (int r = 0; r < kMvRowsPerWarp; ++r) {
+            const uintptr_t begin = reinterpret_cast<uintptr_t>(rows[r]) + c * kChunkBytes;
+            const auto* staged = reinterpret_cast<const uint8_t*>(&stage[warp][r][0]) + (begin & 15) +
+                                 local_block * F::kBlockBytes;
+            acc[m][r] += F::unit_dot(staged, sub, x);
+          }
+        }
       }
     }
     mv_store(a, f, j0, acc);
