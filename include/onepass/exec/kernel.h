@@ -44,7 +44,7 @@ struct Kernel {
   uint32_t max_threads = 1024;     // largest block the kernel supports
   uint32_t max_shared_bytes = 0;   // dynamic shared memory it was configured for
   /// The kernel waits for its predecessors (cudaGridDependencySynchronize) before it
-  /// touches global memory, so it may be launched early with programmatic dependent
+  /// touches global memory other dispatches may write, so it may be launched early with programmatic dependent
   /// launch (Hopper) and overlap its launch with the predecessor's tail.
   bool pdl = false;
 };

@@ -151,11 +151,29 @@ __device__ __forceinline__ int64_t mv_weight_row(const ops::MatmulArgs& a, const
 
 // Words of 16 bytes a warp stages per row and chunk: a chunk is 32 units (one per lane),
 // whose bytes are contiguous in the row; one more word for an unaligned start.
+// Weights are read-only for the whole pass, so a block may start pulling the rows of its
+// first iteration into L2 before waiting for its predecessor: with programmatic dependent
+// launch that overlaps the previous kernel instead of following it.
+__device__ __forceinline__ void prefetch_first_rows(const ops::MatmulArgs& a, const MvFusion& f);
+
 template <DType W>
 constexpr int mv_stage_words() {
   using F = quantdot::Format<W>;
   constexpr int bytes = 32 / F::kUnits * F::kBlockBytes;
   return (bytes + 15) / 16 + 1;
+}
+
+__device__ __forceinline__ void prefetch_first_rows(const ops::MatmulArgs& a, const MvFusion& f) {
+  const MvRows rows_of = mv_rows(a, f);
+  if (rows_of.first >= a.n) return;
+  const int lane = threadIdx.x & 31;
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  for (int r = 0; r < kMvRowsPerWarp; ++r) {
+    const uint8_t* row = w + mv_weight_row(a, f, rows_of.first, r) * a.w_row_bytes;
+    for (int64_t off = int64_t{lane} * 128; off < a.w_row_bytes; off += 32 * 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+    }
+  }
 }
 
 template <DType W>
@@ -171,6 +189,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   __shared__ uint4 stage[kMvWarps][kMvRowsPerWarp][kLoads * 32];
   const int64_t xq_bytes = (a.m * a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
+  prefetch_first_rows(a, f);
   pdl_wait();
   if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
   quantize_x_to_smem(a, f, inv_rms, xs);
@@ -254,6 +273,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
+  prefetch_first_rows(a, f);
   pdl_wait();
   if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
   for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
