@@ -273,8 +273,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
-  prefetch_first_rows(a, f);
-  pdl_wait();
+  pdl_wait();  // (prefetching dense rows measured 15% slower for f16 on an H200)
   if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
   for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
     const int64_t m = i / a.k;
