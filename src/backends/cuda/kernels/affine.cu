@@ -4,6 +4,7 @@
 #include "common.cuh"
 #include "onepass/ops/affine.h"
 #include "registration.h"
+#include "tile.cuh"
 
 namespace onepass::cuda {
 namespace {
@@ -54,8 +55,8 @@ __global__ void __launch_bounds__(128) mv_affine_kernel(const __grid_constant__ 
   }
 }
 
-constexpr int kTile = 64;
-constexpr int kStep = 32;
+using tile::kStep;
+using tile::kTile;
 
 template <int kBits, int kGroup, DType S>
 __global__ void __launch_bounds__(256) mm_affine_kernel(const __grid_constant__ ops::AffineMatmulArgs a) {
@@ -78,20 +79,7 @@ __global__ void __launch_bounds__(256) mm_affine_kernel(const __grid_constant__ 
       wt[r][c] = (n < a.n && k < a.k) ? affine_value<kBits, S>(a, n, k, kGroup) : 0.0f;
     }
     __syncthreads();
-#pragma unroll 8
-    for (int c = 0; c < kStep; ++c) {
-      float xv[4], wv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        xv[i] = xt[tm * 4 + i][c];
-        wv[i] = wt[tn * 4 + i][c];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
-      }
-    }
+    tile::accumulate(xt, wt, acc);
     __syncthreads();
   }
 #pragma unroll

@@ -14,6 +14,7 @@
 #include "onepass/ops/matmul.h"
 #include "quant_dot.cuh"
 #include "registration.h"
+#include "tile.cuh"
 
 namespace onepass::cuda {
 namespace {
@@ -363,8 +364,8 @@ __global__ void __launch_bounds__(kMvWarps * 32) mv_dense_fused_kernel(const __g
 
 // ---- mm (CUDA cores) ---------------------------------------------------------------------
 
-constexpr int kTile = 64;
-constexpr int kStep = 32;
+using tile::kStep;
+using tile::kTile;
 
 template <DType W>
 __device__ __forceinline__ void load_w_tile(const ops::MatmulArgs& a, int64_t n0, int64_t k0, float (*wt)[kStep + 1]) {
@@ -420,20 +421,7 @@ __global__ void __launch_bounds__(256) mm_kernel(const __grid_constant__ ops::Ma
     }
     load_w_tile<W>(a, n0, k0, wt);
     __syncthreads();
-#pragma unroll 8
-    for (int c = 0; c < kStep; ++c) {
-      float xv[4], wv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        xv[i] = xt[tm * 4 + i][c];
-        wv[i] = wt[tn * 4 + i][c];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
-      }
-    }
+    tile::accumulate(xt, wt, acc);
     __syncthreads();
   }
 #pragma unroll

@@ -5,6 +5,7 @@
 #include "onepass/ops/matmul_id.h"
 #include "quant_dot.cuh"
 #include "registration.h"
+#include "tile.cuh"
 
 namespace onepass::cuda {
 namespace {
@@ -99,8 +100,8 @@ __global__ void __launch_bounds__(128) mv_id_kernel(const __grid_constant__ ops:
   if (lane == 0) out[n] = acc;
 }
 
-constexpr int kTile = 64;
-constexpr int kStep = 32;
+using tile::kStep;
+using tile::kTile;
 
 template <DType W>
 __global__ void __launch_bounds__(256) mm_id_kernel(const __grid_constant__ ops::MatmulIdArgs a) {
@@ -164,20 +165,7 @@ __global__ void __launch_bounds__(256) mm_id_kernel(const __grid_constant__ ops:
         }
       }
       __syncthreads();
-#pragma unroll 8
-      for (int c = 0; c < kStep; ++c) {
-        float xv[4], wv[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          xv[i] = xt[tm * 4 + i][c];
-          wv[i] = wt[tn * 4 + i][c];
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
-        }
-      }
+      tile::accumulate(xt, wt, acc);
       __syncthreads();
     }
 #pragma unroll
