@@ -26,7 +26,7 @@ struct GenerateArgs {
   bool echo = false;
   bool verbose = false;
   std::string backend = "auto";
-  float temperature = 0.8f;
+  float temperature = 0.0f;  // greedy: deterministic, and what small models answer best with
   int32_t top_k = 40;
   float top_p = 0.95f;
   uint64_t seed = 0;
@@ -154,11 +154,11 @@ Command add_generate_command(CLI::App& parent) {
   CLI::App* app =
       parent.add_subcommand("generate", "Generate text from a prompt, streamed to stdout");
   app->footer(
-      cat("Sampling: temperature 0 (or --top-k 1) is greedy and takes the argmax on the device; "
-          "the defaults\n"
-          "(temperature 0.8, top-k 40, top-p 0.95, as llama.cpp) sample with a random seed unless "
-          "--seed is\n"
-          "given. Without -m the default model ",
+      cat("Sampling: the default temperature 0 (or --top-k 1) is greedy and takes the argmax on "
+          "the device;\n"
+          "a temperature above 0 samples with top-k 40 and top-p 0.95 unless given, from a random "
+          "seed unless\n"
+          "--seed is given. Without -m the default model ",
           kDefaultModel,
           " is used (installed by scripts/setup).\nThe generation speed counts decode steps "
           "(the first token comes from the prompt pass)."));
