@@ -16,18 +16,11 @@ void copy_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t en
   using In = Elem<Src>;
   using Out = Elem<Dst>;
   const auto& a = *static_cast<const ops::CopyArgs*>(raw);
-  const int64_t total = a.rows * a.cols;
-  int64_t i = static_cast<int64_t>(first) * ops::kCpuElementwiseBlock;
-  const int64_t stop = std::min<int64_t>(total, static_cast<int64_t>(end) * ops::kCpuElementwiseBlock);
-  while (i < stop) {
-    const int64_t r = i / a.cols;
-    const int64_t c0 = i % a.cols;
-    const int64_t c1 = std::min<int64_t>(a.cols, c0 + (stop - i));
+  for_spans(a.rows, a.cols, first, end, [&](int64_t r, int64_t c0, int64_t c1) {
     const auto* s = static_cast<const typename In::storage*>(a.src) + r * a.src_stride;
     auto* d = static_cast<typename Out::storage*>(a.dst) + r * a.dst_stride;
     for (int64_t c = c0; c < c1; ++c) d[c] = Out::store(In::load(s[c]));
-    i += c1 - c0;
-  }
+  });
 }
 
 void copy_bytes_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {

@@ -9,22 +9,6 @@
 namespace onepass::cpu {
 namespace {
 
-// Visits the linear element range of blocks [first, end) as (row, col_begin, col_end)
-// spans, so the inner loop runs over contiguous columns and vectorises.
-template <typename F>
-void for_spans(int64_t rows, int64_t cols, uint64_t first, uint64_t end, F&& f) {
-  const int64_t total = rows * cols;
-  int64_t i = static_cast<int64_t>(first) * ops::kCpuElementwiseBlock;
-  const int64_t stop = std::min<int64_t>(total, static_cast<int64_t>(end) * ops::kCpuElementwiseBlock);
-  while (i < stop) {
-    const int64_t r = i / cols;
-    const int64_t c0 = i % cols;
-    const int64_t c1 = std::min<int64_t>(cols, c0 + (stop - i));
-    f(r, c0, c1);
-    i += c1 - c0;
-  }
-}
-
 template <DType T, bool kMul>
 void binary_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   using E = Elem<T>;

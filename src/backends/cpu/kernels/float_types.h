@@ -1,11 +1,13 @@
 // Element access for the CPU kernels: load any float type as f32, store f32 as any type.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "onepass/core/dtype.h"
 #include "onepass/core/half.h"
 #include "onepass/exec/kernel.h"
+#include "onepass/ops/elementwise.h"
 
 namespace onepass::cpu {
 
@@ -35,6 +37,23 @@ struct Elem<DType::bf16> {
   static storage store(float v) { return f32_to_bf16(v); }
   static constexpr const char* name = "bf16";
 };
+
+/// Visits the values of blocks [first, end) of an elementwise kernel (kCpuElementwiseBlock
+/// values per block, row-major over rows x cols) as (row, col_begin, col_end) spans, so
+/// inner loops run over contiguous columns and vectorise.
+template <typename F>
+void for_spans(int64_t rows, int64_t cols, uint64_t first, uint64_t end, F&& f) {
+  const int64_t total = rows * cols;
+  int64_t i = static_cast<int64_t>(first) * ops::kCpuElementwiseBlock;
+  const int64_t stop = std::min<int64_t>(total, static_cast<int64_t>(end) * ops::kCpuElementwiseBlock);
+  while (i < stop) {
+    const int64_t r = i / cols;
+    const int64_t c0 = i % cols;
+    const int64_t c1 = std::min<int64_t>(cols, c0 + (stop - i));
+    f(r, c0, c1);
+    i += c1 - c0;
+  }
+}
 
 /// A Kernel entry for a CPU function taking `Args`.
 template <typename Args>
