@@ -10,6 +10,7 @@
 #include "onepass/exec/counters.h"
 #include "onepass/exec/graph_session.h"
 #include "onepass/exec/profile.h"
+#include "onepass/ops/quant.h"
 #include "onepass/ops/synthetic.h"
 #include "support/synthetic.h"
 #include "support/testing.h"
@@ -296,6 +297,84 @@ TEST(CudaProfiling, GraphReplaysAreTimedPerDispatch) {
   EXPECT_EQ(g.download(), g.simulate());
   graph.run();  // samples again for the second replay
   EXPECT_EQ(Profiler::global().dispatches().size(), 60u);
+}
+
+// The fused matrix-vector kernels (RMS-norm folded into x staging, residual add and SiLU x
+// up in the epilogue) against the unfused sequence on the same GPU. Both quantize x to
+// int8 the same way, so they agree to rounding; a wrong row pairing, scale or race does not.
+TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
+  REQUIRE_GPU();
+  GraphExecutor exec(backend);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (DType type : {DType::f16, DType::f32, DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k, DType::q6_k}) {
+    for (int64_t m : {int64_t{1}, int64_t{3}}) {
+      for (int64_t k : {int64_t{512}, int64_t{2048}}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(type) << " m " << m << " k " << k);
+        const int64_t n = 600;  // gate and up rows: 2 n
+        auto alloc = [&](Shape shape, DType t = DType::f32) {
+          const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
+                                               : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
+          TensorView v(backend->alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
+          v.view.fill(testing::kPoisonByte);
+          return v;
+        };
+        auto weights = [&](int64_t rows, uint64_t s) {
+          TensorView w = alloc(Shape{rows, k}, type);
+          const auto values = testing::random_floats(static_cast<size_t>(rows * k), s, -0.5f, 0.5f);
+          if (dtype_is_quantized(type)) {
+            std::vector<uint8_t> bytes(w.view.size());
+            quantize(type, values.data(), rows * k, bytes.data());
+            w.view.write(std::span<const uint8_t>(bytes));
+          } else {
+            testing::upload_floats(w, values);
+          }
+          return w;
+        };
+        TensorView x = alloc(Shape{m, k}), norm_w = alloc(Shape{1, k}), residual = alloc(Shape{m, n});
+        testing::upload_floats(x, testing::random_floats(static_cast<size_t>(m * k), seed + 1, -2.0f, 2.0f));
+        testing::upload_floats(norm_w, testing::random_floats(static_cast<size_t>(k), seed + 2, 0.5f, 1.5f));
+        testing::upload_floats(residual, testing::random_floats(static_cast<size_t>(m * n), seed + 3));
+        TensorView w1 = weights(n, seed + 4), w2 = weights(2 * n, seed + 5);
+        TensorView xn = alloc(Shape{m, k}), t1 = alloc(Shape{m, n}), out1 = alloc(Shape{m, n});
+        TensorView gu = alloc(Shape{m, 2 * n}), out2 = alloc(Shape{m, n});
+        auto run = [&](bool fuse) {
+          out1.view.fill(testing::kPoisonByte);
+          out2.view.fill(testing::kPoisonByte);
+          GraphSession s = exec.begin_recorded();
+          s.rms_norm(x, norm_w, xn, 1e-5f);
+          s.matmul(xn, w1, t1);
+          s.add(t1, residual, out1);
+          s.rms_norm(x, norm_w, xn, 1e-5f);
+          s.matmul(xn, w2, gu);
+          const uint64_t row = static_cast<uint64_t>(2 * n) * 4;
+          s.silu_mul(TensorView(gu.view, DType::f32, Shape{m, n}, row),
+                     TensorView(gu.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row), out2);
+          const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
+          if (fuse) {
+            EXPECT_EQ(stats.fusions, 4u);
+          }
+          return std::pair{testing::download_floats(out1), testing::download_floats(out2)};
+        };
+        const auto [plain1, plain2] = run(false);
+        const auto [fused1, fused2] = run(true);
+        const auto [again1, again2] = run(true);
+        EXPECT_EQ(fused1, again1) << "fused results are reproducible";
+        EXPECT_EQ(fused2, again2);
+        for (int which = 0; which < 2; ++which) {
+          const auto& got = which == 0 ? fused1 : fused2;
+          const auto& want = which == 0 ? plain1 : plain2;
+          double scale = 0;
+          for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
+          std::vector<double> expected(want.begin(), want.end());
+          size_t worst = 0;
+          const double err = testing::max_scaled_error(got, expected, 2e-3 * scale, 0.0, &worst);
+          EXPECT_LE(err, 1.0) << (which == 0 ? "norm + residual" : "norm + silu") << " at " << worst << ": "
+                              << got[worst] << " vs " << want[worst] << " (scale " << scale << ")";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

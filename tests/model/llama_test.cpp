@@ -332,8 +332,13 @@ TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
       const auto la = a.decode(tokens[t]);
       const std::vector<float> got(la.begin(), la.end());
       const auto lb = b.decode(tokens[t]);
-      // Same int8 quantization of x; the fused norm rounds its output once less.
-      expect_logits_near(got, std::vector<double>(lb.begin(), lb.end()), 2e-3, cat("step ", t));
+      // Dense weights: the fused norm rounds its output once less. Block formats: both
+      // quantize x to int8, but the fused kernel's 1 / rms is summed in another order, and
+      // an int8 value that rounds the other way compounds over the steps' KV cache to ~1%
+      // of the logits (measured up to 1.7% on an H200). One fused product is checked at
+      // 2e-3 by CudaFusion.FusedMatvecMatchesTheUnfusedSequence (tests/cuda).
+      const double rtol = dtype_is_quantized(type) ? 3e-2 : 2e-3;
+      expect_logits_near(got, std::vector<double>(lb.begin(), lb.end()), rtol, cat("step ", t));
     }
     // Per layer: norm->QKV, O->residual, norm->gate/up, gate/up->SiLU, down->residual; and
     // the final norm into the LM head.

@@ -82,7 +82,7 @@ LaunchDims matmul_launch_dims(BackendKind backend, bool mv, int64_t m, int64_t n
 /// kCudaMvBlocksPerSm blocks per SM looping over row pairs. x is staged in dynamic shared
 /// memory once per block: for the block formats quantized to int8 per 32 values (1.5 bytes
 /// per value: the int8 values and a 16-byte record per group), for dense weights as f32.
-inline constexpr int64_t kCudaMvBlocksPerSm = 8;
+inline constexpr int64_t kCudaMvBlocksPerSm = 4;  // all resident (96-124 registers x 128 threads)
 inline constexpr int64_t kCudaMvSharedLimit = 100 * 1024;
 /// Dynamic shared memory of a CUDA mv launch.
 inline int64_t cuda_mv_shared_bytes(bool quantized, int64_t m, int64_t k) {

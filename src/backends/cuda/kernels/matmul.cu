@@ -34,8 +34,102 @@ struct MvFusion {
   int64_t residual_stride = 0;
 };
 
-// 1 / rms of each row of x (fused RMS-norm); every thread gets the values.
-__device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps, float* inv_rms, float* scratch) {
+__device__ __forceinline__ float4 load4(const float* p, bool vec) {
+  if (vec) return *reinterpret_cast<const float4*>(p);
+  return make_float4(p[0], p[1], p[2], p[3]);
+}
+
+// x staging reads kXBatch float4 per thread before using any of them, so a block pays one
+// L2 round trip per kXBatch * blockDim * 4 values (a loop with a shuffle per value
+// serialised one round trip per pass: ~10 us for K = 8192).
+constexpr int kXBatch = 4;
+
+// 1 / rms of each row of x (fused RMS-norm); K a multiple of 4.
+__device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps, bool vec, float* inv_rms,
+                                             float* scratch) {
+  const int64_t k4 = a.k / 4;
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* xr = a.x + m * a.x_stride;
+    float sum = 0.0f;
+    for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
+      float4 v[kXBatch];
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+        v[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
+  }
+  __syncthreads();
+}
+
+struct XQuantSmem {
+  int8_t* q;       // [M * K]
+  float4* groups;  // [M * K / 32]: d, sum_lo, sum_hi
+};
+
+// Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
+// own one group, 4 values each, so the reductions are three shuffles deep.
+__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
+                                                   float* scratch, XQuantSmem s) {
+  const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
+  const bool vec = ((reinterpret_cast<uintptr_t>(a.x) | static_cast<uintptr_t>(a.x_stride * 4) |
+                     reinterpret_cast<uintptr_t>(f.norm_weight)) & 15) == 0;
+  if (f.norm_weight) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* xr = a.x + m * a.x_stride;
+    const float scale = f.norm_weight ? inv_rms[m] : 1.0f;
+    for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
+      float4 v[kXBatch];
+      float4 w[kXBatch];
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+        v[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+        w[j] = f.norm_weight && i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;  // groups: all or none valid
+        // The same expression as rms_norm_f32 (x * inv_rms * w) when a norm is fused.
+        const float e[4] = {f.norm_weight ? v[j].x * scale * w[j].x : v[j].x,
+                            f.norm_weight ? v[j].y * scale * w[j].y : v[j].y,
+                            f.norm_weight ? v[j].z * scale * w[j].z : v[j].z,
+                            f.norm_weight ? v[j].w * scale * w[j].w : v[j].w};
+        float amax = fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3])));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+        float half = e[0] + e[1] + e[2] + e[3];
+        half += __shfl_xor_sync(0xffffffffu, half, 1);
+        half += __shfl_xor_sync(0xffffffffu, half, 2);  // values 0-15 (threads 0-3) or 16-31 (4-7)
+        const float other = __shfl_xor_sync(0xffffffffu, half, 4);
+        const float d = amax / 127.0f;
+        const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+        uint32_t packed = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) packed |= (static_cast<uint32_t>(__float2int_rn(e[c] * inv)) & 0xffu) << (8 * c);
+        if (i < k4) {
+          reinterpret_cast<uint32_t*>(s.q + m * a.k)[i] = packed;
+          if ((threadIdx.x & 7) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float staged_x(const ops::MatmulArgs& a, const MvFusion& f, const float* inv_rms,
+                                          int64_t m, int64_t k) {
+  const float v = a.x[m * a.x_stride + k];
+  return f.norm_weight ? v * inv_rms[m] * f.norm_weight[k] : v;
+}
+
+// 1 / rms of each row of x for the dense kernels (any K).
+__device__ __forceinline__ void rows_inv_rms_scalar(const ops::MatmulArgs& a, float eps, float* inv_rms, float* scratch) {
   for (int64_t m = 0; m < a.m; ++m) {
     float sum = 0.0f;
     for (int64_t k = threadIdx.x; k < a.k; k += blockDim.x) {
@@ -46,59 +140,6 @@ __device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps
     if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
   }
   __syncthreads();
-}
-
-__device__ __forceinline__ float staged_x(const ops::MatmulArgs& a, const MvFusion& f, const float* inv_rms,
-                                          int64_t m, int64_t k) {
-  const float v = a.x[m * a.x_stride + k];
-  return f.norm_weight ? v * inv_rms[m] * f.norm_weight[k] : v;
-}
-
-struct XQuantSmem {
-  int8_t* q;       // [M * K]
-  float4* groups;  // [M * K / 32]: d, sum_lo, sum_hi
-};
-
-// Four adjacent lanes share one group of 32 activations, 8 values each: the reductions
-// are two shuffles deep instead of five, and a block quantizes 16 groups per pass (one
-// warp per group took ~10 us of shuffle latency for K = 8192 before any weight load).
-__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f,
-                                                   const float* inv_rms, XQuantSmem s) {
-  const int64_t groups_per_row = a.k / 32;
-  const int64_t items = a.m * groups_per_row * 4;
-  const int64_t rounded = (items + blockDim.x - 1) / blockDim.x * blockDim.x;  // whole warps iterate
-  const int quarter = threadIdx.x & 3;
-  for (int64_t i = threadIdx.x; i < rounded; i += blockDim.x) {
-    const bool valid = i < items;
-    const int64_t g = valid ? i >> 2 : 0;
-    const int64_t m = g / groups_per_row;
-    const int64_t c = g - m * groups_per_row;
-    float v[8];
-    float amax = 0.0f, sum = 0.0f;
-    const int64_t k0 = c * 32 + quarter * 8;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v[e] = valid ? staged_x(a, f, inv_rms, m, k0 + e) : 0.0f;
-      amax = fmaxf(amax, fabsf(v[e]));
-      sum += v[e];
-    }
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float pair_sum = sum + __shfl_xor_sync(0xffffffffu, sum, 1);  // quarters 0+1, 2+3
-    const float other_pair = __shfl_xor_sync(0xffffffffu, pair_sum, 2);
-    const float d = amax / 127.0f;
-    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int q = __float2int_rn(v[e] * inv);
-      packed[e >> 2] |= (static_cast<uint32_t>(q) & 0xffu) << (8 * (e & 3));
-    }
-    if (valid) {
-      reinterpret_cast<uint2*>(s.q + g * 32)[quarter] = make_uint2(packed[0], packed[1]);
-      if (quarter == 0) s.groups[g] = make_float4(d, pair_sum, other_pair, 0.0f);
-    }
-  }
 }
 
 // The rows a warp works on in one iteration: two consecutive outputs, or with SiLU one
@@ -192,8 +233,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
   prefetch_first_rows(a, f);
   pdl_wait();
-  if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
-  quantize_x_to_smem(a, f, inv_rms, xs);
+  quantize_x_to_smem(a, f, inv_rms, scratch, xs);
   __syncthreads();
 
   const int lane = threadIdx.x & 31;
@@ -275,10 +315,41 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   __shared__ float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
   pdl_wait();  // (prefetching dense rows measured 15% slower for f16 on an H200)
-  if (f.norm_weight) rows_inv_rms(a, f.eps, inv_rms, scratch);
-  for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
-    const int64_t m = i / a.k;
-    xs[i] = staged_x(a, f, inv_rms, m, i - m * a.k);
+  const bool vec = a.k % 4 == 0 && ((reinterpret_cast<uintptr_t>(a.x) | static_cast<uintptr_t>(a.x_stride * 4) |
+                                     reinterpret_cast<uintptr_t>(f.norm_weight)) & 15) == 0;
+  if (vec) {
+    // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
+    if (f.norm_weight) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
+    const int64_t k4 = a.k / 4;
+    for (int64_t m = 0; m < a.m; ++m) {
+      const float* xr = a.x + m * a.x_stride;
+      const float scale = f.norm_weight ? inv_rms[m] : 1.0f;
+      for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
+        float4 v[kXBatch];
+        float4 w[kXBatch];
+#pragma unroll
+        for (int j = 0; j < kXBatch; ++j) {
+          const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+          v[j] = i < k4 ? load4(xr + 4 * i, true) : make_float4(0.f, 0.f, 0.f, 0.f);
+          w[j] = f.norm_weight && i < k4 ? load4(f.norm_weight + 4 * i, true) : make_float4(1.f, 1.f, 1.f, 1.f);
+        }
+#pragma unroll
+        for (int j = 0; j < kXBatch; ++j) {
+          const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+          if (i >= k4) continue;
+          const float4 e = f.norm_weight ? make_float4(v[j].x * scale * w[j].x, v[j].y * scale * w[j].y,
+                                                       v[j].z * scale * w[j].z, v[j].w * scale * w[j].w)
+                                         : v[j];
+          reinterpret_cast<float4*>(xs + m * a.k)[i] = e;
+        }
+      }
+    }
+  } else {
+    if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
+    for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
+      const int64_t m = i / a.k;
+      xs[i] = staged_x(a, f, inv_rms, m, i - m * a.k);
+    }
   }
   __syncthreads();
   const int lane = threadIdx.x & 31;
