@@ -2,10 +2,12 @@
 // for W = f32, f16, bf16 and the GGML block formats. out [M, N] = x [M, K] · wᵀ.
 //
 // mv, block formats: x is quantized to int8 per 32 values in shared memory once per
-// block (scale amax/127, exact half sums kept for the formats' offsets), then each warp
-// computes two output rows at a time with dp4a over 32-weight units (quant_dot.cuh),
-// lanes striding over the units of the rows so that a warp reads contiguous weight bytes.
-// The grid is persistent: blocks loop over row pairs, so x is staged once per block.
+// block (scale amax/127, exact half sums kept for the formats' offsets; loads batched so
+// that staging costs one or two L2 round trips), then each warp computes two output rows
+// at a time with dp4a over 32-weight units (quant_dot.cuh), lanes striding over the units
+// of the rows so that a warp reads contiguous weight bytes, two chunks of 32 units ahead.
+// The grid is persistent and fully resident: blocks loop over row pairs, so x is staged
+// once per block.
 // mv, dense: the same with x kept in f32 and 16-byte weight loads when aligned.
 // mm: tiles of 64 x 64 outputs, K in steps of 32: x and the dequantized weights staged in
 // shared memory, 4 x 4 outputs per thread (CUDA cores; the tensor-core path replaces it
@@ -254,8 +256,11 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     for (int r = 0; r < kMvRowsPerWarp; ++r) rows[r] = w + mv_weight_row(a, f, j0, r) * a.w_row_bytes;
     // Coalesced 16-byte loads of a chunk's bytes (from the 16-byte boundary at or before
     // its start; allocations are padded so the last row's tail stays inside).
-    uint4 next[kMvRowsPerWarp][kLoads];
-    auto load_chunk = [&](int64_t c) {
+    // Two chunks in flight while one is computed: a row of K = 8192 (8 chunks) otherwise
+    // pays one load latency per chunk.
+    using Chunk = uint4[kMvRowsPerWarp][kLoads];
+    Chunk ring0, ring1;
+    auto load_chunk = [&](int64_t c, Chunk& into) {
 #pragma unroll
       for (int r = 0; r < kMvRowsPerWarp; ++r) {
         const uintptr_t begin = reinterpret_cast<uintptr_t>(rows[r]) + c * kChunkBytes;
@@ -265,20 +270,19 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
 #pragma unroll
         for (int i = 0; i < kLoads; ++i) {
           const int word = lane + 32 * i;
-          next[r][i] = word < words ? reinterpret_cast<const uint4*>(aligned)[word] : make_uint4(0, 0, 0, 0);
+          into[r][i] = word < words ? reinterpret_cast<const uint4*>(aligned)[word] : make_uint4(0, 0, 0, 0);
         }
       }
     };
-    load_chunk(0);
-    for (int64_t c = 0; c < chunks; ++c) {
+    auto step = [&](int64_t c, Chunk& held) {
       __syncwarp();  // every lane is done with the previous chunk's stage
 #pragma unroll
       for (int r = 0; r < kMvRowsPerWarp; ++r) {
 #pragma unroll
-        for (int i = 0; i < kLoads; ++i) stage[warp][r][lane + 32 * i] = next[r][i];
+        for (int i = 0; i < kLoads; ++i) stage[warp][r][lane + 32 * i] = held[r][i];
       }
       __syncwarp();
-      if (c + 1 < chunks) load_chunk(c + 1);  // in flight while this chunk is computed
+      if (c + 2 < chunks) load_chunk(c + 2, held);  // in flight while this chunk is computed
       const int64_t u = c * 32 + lane;
       if (u < units) {
         const int local_block = lane / F::kUnits;
@@ -297,6 +301,12 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
           }
         }
       }
+    };
+    load_chunk(0, ring0);
+    if (chunks > 1) load_chunk(1, ring1);
+    for (int64_t c = 0; c < chunks; c += 2) {
+      step(c, ring0);
+      if (c + 1 < chunks) step(c + 1, ring1);
     }
     mv_store(a, f, j0, acc);
   }
