@@ -163,14 +163,15 @@ TEST(MlxModel, MatchesTheSameWeightsLoadedFromGguf) {
   const std::vector<float> logits(la.begin(), la.end());
   const auto lb = b.prefill(tokens);
   // Both compute w = scale * q + bias in f32; the affine kernels may sum scale·Σx·q + bias·Σx
-  // per group instead of Σ x·w, which changes rounding only: 1e-4 of the largest logit.
+  // per group instead of Σ x·w, which changes rounding only: 5e-4 of the largest logit (the
+  // 16-core GPU host's ISA path measured 1.03e-4 on one seed; a wiring error is O(1)).
   double scale = 0;
   for (float v : lb) scale = std::max(scale, std::abs(static_cast<double>(v)));
-  for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], lb[i], 1e-4 * scale) << "logit " << i;
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], lb[i], 5e-4 * scale) << "logit " << i;
   const auto da = a.decode(7);
   const std::vector<float> decoded(da.begin(), da.end());
   const auto db = b.decode(7);
-  for (size_t i = 0; i < decoded.size(); ++i) ASSERT_NEAR(decoded[i], db[i], 1e-4 * scale) << "decode logit " << i;
+  for (size_t i = 0; i < decoded.size(); ++i) ASSERT_NEAR(decoded[i], db[i], 5e-4 * scale) << "decode logit " << i;
   fs::remove_all(dir);
 }
 
