@@ -74,6 +74,30 @@ struct XQuantSmem {
   float4* groups;  // [M * K / 32]: d, sum_lo, sum_hi
 };
 
+// The kXBatch float4 of row m a thread takes in the pass at `base` (zeros past K), every
+// load issued before any is used; normalised with rms_norm_f32's expression (x * inv_rms * w)
+// when a norm is fused.
+__device__ __forceinline__ void load_x_batch(const ops::MatmulArgs& a, const MvFusion& f, const float* inv_rms,
+                                             int64_t m, int64_t base, bool vec, float4 (&e)[kXBatch]) {
+  const int64_t k4 = a.k / 4;
+  const float* xr = a.x + m * a.x_stride;
+  float4 w[kXBatch];
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) {
+    const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+    e[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+    w[j] = f.norm_weight && i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
+  }
+  if (f.norm_weight) {
+    const float scale = inv_rms[m];
+#pragma unroll
+    for (int j = 0; j < kXBatch; ++j) {
+      e[j] = make_float4(e[j].x * scale * w[j].x, e[j].y * scale * w[j].y, e[j].z * scale * w[j].z,
+                         e[j].w * scale * w[j].w);
+    }
+  }
+}
+
 // Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
 // own one group, 4 values each, so the reductions are three shuffles deep.
 __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
@@ -83,25 +107,13 @@ __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, con
                      reinterpret_cast<uintptr_t>(f.norm_weight)) & 15) == 0;
   if (f.norm_weight) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
   for (int64_t m = 0; m < a.m; ++m) {
-    const float* xr = a.x + m * a.x_stride;
-    const float scale = f.norm_weight ? inv_rms[m] : 1.0f;
     for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
-      float4 v[kXBatch];
-      float4 w[kXBatch];
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
-        v[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
-        w[j] = f.norm_weight && i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
-      }
+      float4 batch[kXBatch];
+      load_x_batch(a, f, inv_rms, m, base, vec, batch);
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
         const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;  // groups: all or none valid
-        // The same expression as rms_norm_f32 (x * inv_rms * w) when a norm is fused.
-        const float e[4] = {f.norm_weight ? v[j].x * scale * w[j].x : v[j].x,
-                            f.norm_weight ? v[j].y * scale * w[j].y : v[j].y,
-                            f.norm_weight ? v[j].z * scale * w[j].z : v[j].z,
-                            f.norm_weight ? v[j].w * scale * w[j].w : v[j].w};
+        const float e[4] = {batch[j].x, batch[j].y, batch[j].z, batch[j].w};
         float amax = fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3])));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
@@ -332,25 +344,13 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
     if (f.norm_weight) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
     const int64_t k4 = a.k / 4;
     for (int64_t m = 0; m < a.m; ++m) {
-      const float* xr = a.x + m * a.x_stride;
-      const float scale = f.norm_weight ? inv_rms[m] : 1.0f;
       for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
-        float4 v[kXBatch];
-        float4 w[kXBatch];
+        float4 batch[kXBatch];
+        load_x_batch(a, f, inv_rms, m, base, true, batch);
 #pragma unroll
         for (int j = 0; j < kXBatch; ++j) {
           const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
-          v[j] = i < k4 ? load4(xr + 4 * i, true) : make_float4(0.f, 0.f, 0.f, 0.f);
-          w[j] = f.norm_weight && i < k4 ? load4(f.norm_weight + 4 * i, true) : make_float4(1.f, 1.f, 1.f, 1.f);
-        }
-#pragma unroll
-        for (int j = 0; j < kXBatch; ++j) {
-          const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
-          if (i >= k4) continue;
-          const float4 e = f.norm_weight ? make_float4(v[j].x * scale * w[j].x, v[j].y * scale * w[j].y,
-                                                       v[j].z * scale * w[j].z, v[j].w * scale * w[j].w)
-                                         : v[j];
-          reinterpret_cast<float4*>(xs + m * a.k)[i] = e;
+          if (i < k4) reinterpret_cast<float4*>(xs + m * a.k)[i] = batch[j];
         }
       }
     }
