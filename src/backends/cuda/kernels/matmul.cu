@@ -46,29 +46,6 @@ __device__ __forceinline__ float4 load4(const float* p, bool vec) {
 // serialised one round trip per pass: ~10 us for K = 8192).
 constexpr int kXBatch = 4;
 
-// 1 / rms of each row of x (fused RMS-norm); K a multiple of 4.
-__device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps, bool vec, float* inv_rms,
-                                             float* scratch) {
-  const int64_t k4 = a.k / 4;
-  for (int64_t m = 0; m < a.m; ++m) {
-    const float* xr = a.x + m * a.x_stride;
-    float sum = 0.0f;
-    for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
-      float4 v[kXBatch];
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
-        v[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-    }
-    sum = block_sum(sum, scratch);
-    if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
-  }
-  __syncthreads();
-}
-
 struct XQuantSmem {
   int8_t* q;       // [M * K]
   float4* groups;  // [M * K / 32]: d, sum_lo, sum_hi
@@ -98,13 +75,35 @@ __device__ __forceinline__ void load_x_batch(const ops::MatmulArgs& a, const MvF
   }
 }
 
+// Whether x (and the norm weight) can be read as float4: K a multiple of 4, rows aligned.
+__device__ __forceinline__ bool x_loads_vec(const ops::MatmulArgs& a, const MvFusion& f) {
+  return a.k % 4 == 0 && ((reinterpret_cast<uintptr_t>(a.x) | static_cast<uintptr_t>(a.x_stride * 4) |
+                           reinterpret_cast<uintptr_t>(f.norm_weight)) & 15) == 0;
+}
+
+// 1 / rms of each row of x (fused RMS-norm); K a multiple of 4.
+__device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps, bool vec, float* inv_rms,
+                                             float* scratch) {
+  for (int64_t m = 0; m < a.m; ++m) {
+    float sum = 0.0f;
+    for (int64_t base = 0; base < a.k / 4; base += int64_t{kXBatch} * blockDim.x) {
+      float4 v[kXBatch];
+      load_x_batch(a, MvFusion{}, nullptr, m, base, vec, v);  // raw x: zeros past K
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
+  }
+  __syncthreads();
+}
+
 // Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
 // own one group, 4 values each, so the reductions are three shuffles deep.
 __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
                                                    float* scratch, XQuantSmem s) {
   const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
-  const bool vec = ((reinterpret_cast<uintptr_t>(a.x) | static_cast<uintptr_t>(a.x_stride * 4) |
-                     reinterpret_cast<uintptr_t>(f.norm_weight)) & 15) == 0;
+  const bool vec = x_loads_vec(a, f);
   if (f.norm_weight) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
   for (int64_t m = 0; m < a.m; ++m) {
     for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
@@ -337,9 +336,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   __shared__ float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
   pdl_wait();  // (prefetching dense rows measured 15% slower for f16 on an H200)
-  const bool vec = a.k % 4 == 0 && ((reinterpret_cast<uintptr_t>(a.x) | static_cast<uintptr_t>(a.x_stride * 4) |
-                                     reinterpret_cast<uintptr_t>(f.norm_weight)) & 15) == 0;
-  if (vec) {
+  if (x_loads_vec(a, f)) {
     // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
     if (f.norm_weight) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
     const int64_t k4 = a.k / 4;
