@@ -206,11 +206,6 @@ __device__ __forceinline__ int64_t mv_weight_row(const ops::MatmulArgs& a, const
 
 // Words of 16 bytes a warp stages per row and chunk: a chunk is 32 units (one per lane),
 // whose bytes are contiguous in the row; one more word for an unaligned start.
-// Weights are read-only for the whole pass, so a block may start pulling the rows of its
-// first iteration into L2 before waiting for its predecessor: with programmatic dependent
-// launch that overlaps the previous kernel instead of following it.
-__device__ __forceinline__ void prefetch_first_rows(const ops::MatmulArgs& a, const MvFusion& f);
-
 template <DType W>
 constexpr int mv_stage_words() {
   using F = quantdot::Format<W>;
@@ -218,14 +213,18 @@ constexpr int mv_stage_words() {
   return (bytes + 15) / 16 + 1;
 }
 
-__device__ __forceinline__ void prefetch_first_rows(const ops::MatmulArgs& a, const MvFusion& f) {
+// Weights are read-only for the whole pass, so a block may start pulling the rows of its
+// first iteration into L2 before waiting for its predecessor (bytes from `from` on: the
+// ones before are loaded into registers): with programmatic dependent launch that
+// overlaps the previous kernel instead of following it.
+__device__ __forceinline__ void prefetch_first_rows(const ops::MatmulArgs& a, const MvFusion& f, int64_t from) {
   const MvRows rows_of = mv_rows(a, f);
   if (rows_of.first >= a.n) return;
   const int lane = threadIdx.x & 31;
   const auto* w = static_cast<const uint8_t*>(a.w);
   for (int r = 0; r < kMvRowsPerWarp; ++r) {
     const uint8_t* row = w + mv_weight_row(a, f, rows_of.first, r) * a.w_row_bytes;
-    for (int64_t off = int64_t{lane} * 128; off < a.w_row_bytes; off += 32 * 128) {
+    for (int64_t off = (from & ~int64_t{127}) + int64_t{lane} * 128; off < a.w_row_bytes; off += 32 * 128) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
     }
   }
@@ -244,17 +243,51 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   __shared__ uint4 stage[kMvWarps][kMvRowsPerWarp][kLoads * 32];
   const int64_t xq_bytes = (a.m * a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
-  prefetch_first_rows(a, f);
-  pdl_wait();
-  quantize_x_to_smem(a, f, inv_rms, scratch, xs);
-  __syncthreads();
-
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t units = a.k / 32;
   const int64_t chunks = (units + 31) / 32;
   const auto* w = static_cast<const uint8_t*>(a.w);
   const MvRows rows_of = mv_rows(a, f);
+  const uint8_t* rows[kMvRowsPerWarp];
+  auto set_rows = [&](int64_t j0) {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) rows[r] = w + mv_weight_row(a, f, j0, r) * a.w_row_bytes;
+  };
+  // Coalesced 16-byte loads of a chunk's bytes (from the 16-byte boundary at or before
+  // its start; allocations are padded so the last row's tail stays inside).
+  // Two chunks in flight while one is computed: a row of K = 8192 (8 chunks) otherwise
+  // pays one load latency per chunk.
+  using Chunk = uint4[kMvRowsPerWarp][kLoads];
+  Chunk ring0, ring1;
+  auto load_chunk = [&](int64_t c, Chunk& into) {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(rows[r]) + c * kChunkBytes;
+      const int64_t bytes = min(int64_t{kChunkBytes}, a.w_row_bytes - c * kChunkBytes);
+      const uintptr_t aligned = begin & ~uintptr_t{15};
+      const int words = static_cast<int>((begin + bytes - aligned + 15) / 16);
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const int word = lane + 32 * i;
+        into[r][i] = word < words ? reinterpret_cast<const uint4*>(aligned)[word] : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  auto load_first_chunks = [&](int64_t j0) {
+    set_rows(j0);
+    load_chunk(0, ring0);
+    if (chunks > 1) load_chunk(1, ring1);
+  };
+  // Weights are read-only for the whole pass: the first chunks of this warp's first rows
+  // are loaded into registers (and the rest of those rows pulled into L2) before waiting
+  // for the predecessor, so the weight latency overlaps its tail and the x staging below.
+  if (rows_of.first < a.n) load_first_chunks(rows_of.first);
+  prefetch_first_rows(a, f, 2 * kChunkBytes);
+  pdl_wait();
+  quantize_x_to_smem(a, f, inv_rms, scratch, xs);
+  __syncthreads();
+
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
@@ -262,29 +295,6 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
 #pragma unroll
       for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = 0.0f;
     }
-    const uint8_t* rows[kMvRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kMvRowsPerWarp; ++r) rows[r] = w + mv_weight_row(a, f, j0, r) * a.w_row_bytes;
-    // Coalesced 16-byte loads of a chunk's bytes (from the 16-byte boundary at or before
-    // its start; allocations are padded so the last row's tail stays inside).
-    // Two chunks in flight while one is computed: a row of K = 8192 (8 chunks) otherwise
-    // pays one load latency per chunk.
-    using Chunk = uint4[kMvRowsPerWarp][kLoads];
-    Chunk ring0, ring1;
-    auto load_chunk = [&](int64_t c, Chunk& into) {
-#pragma unroll
-      for (int r = 0; r < kMvRowsPerWarp; ++r) {
-        const uintptr_t begin = reinterpret_cast<uintptr_t>(rows[r]) + c * kChunkBytes;
-        const int64_t bytes = min(int64_t{kChunkBytes}, a.w_row_bytes - c * kChunkBytes);
-        const uintptr_t aligned = begin & ~uintptr_t{15};
-        const int words = static_cast<int>((begin + bytes - aligned + 15) / 16);
-#pragma unroll
-        for (int i = 0; i < kLoads; ++i) {
-          const int word = lane + 32 * i;
-          into[r][i] = word < words ? reinterpret_cast<const uint4*>(aligned)[word] : make_uint4(0, 0, 0, 0);
-        }
-      }
-    };
     auto step = [&](int64_t c, Chunk& held) {
       __syncwarp();  // every lane is done with the previous chunk's stage
 #pragma unroll
@@ -313,12 +323,12 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
         }
       }
     };
-    load_chunk(0, ring0);
-    if (chunks > 1) load_chunk(1, ring1);
     for (int64_t c = 0; c < chunks; c += 2) {
       step(c, ring0);
       if (c + 1 < chunks) step(c + 1, ring1);
     }
+    // The next rows' first chunks are in flight during this iteration's sums and stores.
+    if (j0 + rows_of.step < a.n) load_first_chunks(j0 + rows_of.step);
     mv_store(a, f, j0, acc);
   }
 }
@@ -328,6 +338,10 @@ __device__ __forceinline__ float load_weight(const void* w, int64_t i) {
   return Elem<W>::load(static_cast<const typename Elem<W>::storage*>(w)[i]);
 }
 
+// Dense weights: 16-byte words per lane, row and chunk; two chunks in flight per warp
+// (2 rows x 2 chunks x kDenseLoads words = 128 bytes per lane).
+constexpr int kDenseLoads = 2;
+
 template <DType W>
 __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using S = typename Elem<W>::storage;
@@ -335,7 +349,41 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
-  pdl_wait();  // (prefetching dense rows measured 15% slower for f16 on an H200)
+  const int lane = threadIdx.x & 31;
+  constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
+  const auto* wb = static_cast<const unsigned char*>(a.w);
+  const bool vector = a.k % kVec == 0 && a.w_row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(wb) & 15) == 0;
+  const MvRows rows_of = mv_rows(a, f);
+  const int64_t row_words = a.k / kVec;
+  constexpr int kChunkWords = 32 * kDenseLoads;
+  const int64_t chunks = (row_words + kChunkWords - 1) / kChunkWords;
+  const uint4* rows[kMvRowsPerWarp];
+  using Chunk = uint4[kMvRowsPerWarp][kDenseLoads];
+  Chunk ring0, ring1;
+  // Word lane + 32 i of chunk c of each row (zeros past the row).
+  auto load_chunk = [&](int64_t c, Chunk& into) {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+#pragma unroll
+      for (int i = 0; i < kDenseLoads; ++i) {
+        const int64_t word = c * kChunkWords + lane + 32 * i;
+        into[r][i] = word < row_words ? rows[r][word] : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  auto load_first_chunks = [&](int64_t j0) {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      rows[r] = reinterpret_cast<const uint4*>(wb + mv_weight_row(a, f, j0, r) * a.w_row_bytes);
+    }
+    load_chunk(0, ring0);
+    if (chunks > 1) load_chunk(1, ring1);
+  };
+  // Weights are read-only for the pass: the first two chunks of this warp's first rows are
+  // loaded into registers before waiting for the predecessor, so their latency overlaps its
+  // tail and the x staging (an L2 prefetch of whole rows here measured 15% slower for f16).
+  if (vector && rows_of.first < a.n) load_first_chunks(rows_of.first);
+  pdl_wait();
   if (x_loads_vec(a, f)) {
     // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
     if (f.norm_weight) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
@@ -359,11 +407,6 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
     }
   }
   __syncthreads();
-  const int lane = threadIdx.x & 31;
-  constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
-  const auto* wb = static_cast<const unsigned char*>(a.w);
-  const bool vector = a.k % kVec == 0 && a.w_row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(wb) & 15) == 0;
-  const MvRows rows_of = mv_rows(a, f);
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
@@ -371,38 +414,52 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
 #pragma unroll
       for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = 0.0f;
     }
-    const S* rows[kMvRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kMvRowsPerWarp; ++r) {
-      rows[r] = reinterpret_cast<const S*>(wb + mv_weight_row(a, f, j0, r) * a.w_row_bytes);
-    }
     if (vector) {
-      for (int64_t c = lane; c < a.k / kVec; c += 32) {
-        float wv[kMvRowsPerWarp][kVec];
+      auto step = [&](int64_t c, Chunk& held) {
+        float wv[kMvRowsPerWarp][kDenseLoads][kVec];
 #pragma unroll
         for (int r = 0; r < kMvRowsPerWarp; ++r) {
-          const uint4 raw = reinterpret_cast<const uint4*>(rows[r])[c];
-          const S* vals = reinterpret_cast<const S*>(&raw);
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) wv[r][e] = Elem<W>::load(vals[e]);
-        }
+          for (int i = 0; i < kDenseLoads; ++i) {
+            const S* vals = reinterpret_cast<const S*>(&held[r][i]);
 #pragma unroll
-        for (int m = 0; m < kMvMaxRows; ++m) {
-          if (m >= a.m) break;
-          const float* xv = xs + m * a.k + c * kVec;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            const float xe = xv[e];
-#pragma unroll
-            for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = fmaf(wv[r][e], xe, acc[m][r]);
+            for (int e = 0; e < kVec; ++e) wv[r][i][e] = Elem<W>::load(vals[e]);
           }
         }
+        if (c + 2 < chunks) load_chunk(c + 2, held);  // in flight while this chunk is computed
+#pragma unroll
+        for (int i = 0; i < kDenseLoads; ++i) {
+          const int64_t word = c * kChunkWords + lane + 32 * i;
+          if (word >= row_words) break;
+#pragma unroll
+          for (int m = 0; m < kMvMaxRows; ++m) {
+            if (m >= a.m) break;
+            const float* xv = xs + m * a.k + word * kVec;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) {
+              const float xe = xv[e];
+#pragma unroll
+              for (int r = 0; r < kMvRowsPerWarp; ++r) acc[m][r] = fmaf(wv[r][i][e], xe, acc[m][r]);
+            }
+          }
+        }
+      };
+      for (int64_t c = 0; c < chunks; c += 2) {
+        step(c, ring0);
+        if (c + 1 < chunks) step(c + 1, ring1);
       }
+      // The next rows' first chunks are in flight during this iteration's sums and stores.
+      if (j0 + rows_of.step < a.n) load_first_chunks(j0 + rows_of.step);
     } else {
+      const S* srows[kMvRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kMvRowsPerWarp; ++r) {
+        srows[r] = reinterpret_cast<const S*>(wb + mv_weight_row(a, f, j0, r) * a.w_row_bytes);
+      }
       for (int64_t k = lane; k < a.k; k += 32) {
         float wv[kMvRowsPerWarp];
 #pragma unroll
-        for (int r = 0; r < kMvRowsPerWarp; ++r) wv[r] = Elem<W>::load(rows[r][k]);
+        for (int r = 0; r < kMvRowsPerWarp; ++r) wv[r] = Elem<W>::load(srows[r][k]);
 #pragma unroll
         for (int m = 0; m < kMvMaxRows; ++m) {
           if (m >= a.m) break;
