@@ -66,12 +66,7 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     bool reads_inside = true;
     for (const MemRange& r : consumer.reads) reads_inside = reads_inside && (!r.overlaps(w) || w.contains(r));
     if (!reads_inside) continue;
-    // A consumer writing the intermediate must do so within it (in place), and only rules
-    // whose fused kernel leaves it as the consumer does may take the pair.
-    const bool writes_w = overlaps_any(w, consumer.writes);
-    bool writes_inside = true;
-    for (const MemRange& r : consumer.writes) writes_inside = writes_inside && (!r.overlaps(w) || w.contains(r));
-    if (!writes_inside) continue;
+    if (overlaps_any(w, consumer.writes)) continue;
     if (any_overlap(consumer.writes, producer->reads)) continue;
     // Unless the fused kernel still writes it, the producer's value must be dead after
     // the consumer: the next node touching the intermediate must overwrite all of it
@@ -90,20 +85,15 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     }
     for (const FusionRule& rule : rules.rules()) {
       if (rule.producer != producer->op_kind || rule.consumer != consumer.op_kind) continue;
-      if (writes_w && !rule.consumer_writes_intermediate) continue;
-      const bool keeps = rule.keeps_intermediate || rule.consumer_writes_intermediate;
-      if (live_after && !keeps) continue;
+      if (live_after && !rule.keeps_intermediate) continue;
       std::optional<Dispatch> fused = rule.build(*producer, consumer, registry);
       if (!fused) continue;
       fused->reads = producer->reads;
       for (const MemRange& r : consumer.reads) {
         if (!r.overlaps(w)) fused->reads.push_back(r);
       }
-      fused->writes.clear();
-      for (const MemRange& r : consumer.writes) {
-        if (!r.overlaps(w)) fused->writes.push_back(r);  // writes inside w: covered by w
-      }
-      if (keeps) fused->writes.insert(fused->writes.begin(), w);
+      fused->writes = consumer.writes;
+      if (rule.keeps_intermediate) fused->writes.insert(fused->writes.begin(), w);
       fused->retained = producer->retained;
       fused->retained.insert(fused->retained.end(), consumer.retained.begin(), consumer.retained.end());
       if (fused->label.empty()) {

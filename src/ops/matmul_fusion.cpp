@@ -1,9 +1,7 @@
 // Fusion rules around the matrix-vector product (decode): RMS-norm -> matmul, matmul ->
-// residual add, gate/up matmul -> SiLU x mul, Q/K/V matmul -> RoPE + KV-cache write
-// (mv_<W>_f32_fused_rope). They apply on backends that register the
+// residual add, gate/up matmul -> SiLU x mul. They apply on backends that register the
 // fused kernels (mv_<W>_f32_fused; CUDA); elsewhere the unfused graph runs, and it is the
 // reference the fused kernels are tested against.
-#include <cstdint>
 #include <string>
 
 #include "onepass/ops/activation.h"
@@ -11,7 +9,6 @@
 #include "onepass/ops/fusion_rules.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/norm.h"
-#include "onepass/ops/rope.h"
 
 namespace onepass::ops {
 namespace {
@@ -70,7 +67,7 @@ std::optional<Dispatch> fuse_norm_matvec(const Dispatch& norm, const Dispatch& m
 std::optional<Dispatch> fuse_matvec_add(const Dispatch& matmul, const Dispatch& add, const KernelRegistry& registry) {
   if (add.kernel->name != "add_f32") return std::nullopt;
   std::optional<Matvec> mv = as_matvec(matmul, registry);
-  if (!mv || mv->args.residual != nullptr || mv->args.rope.heads != 0) return std::nullopt;
+  if (!mv || mv->args.residual != nullptr) return std::nullopt;
   const auto b = add.args_as<BinaryArgs>();
   const MatmulArgs& m = mv->args.mm;
   if (b.rows != m.m || b.cols != m.n) return std::nullopt;
@@ -96,9 +93,7 @@ std::optional<Dispatch> fuse_matvec_add(const Dispatch& matmul, const Dispatch& 
 std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch& act, const KernelRegistry& registry) {
   if (act.kernel->name != "silu_mul_f32") return std::nullopt;
   std::optional<Matvec> mv = as_matvec(matmul, registry);
-  if (!mv || mv->args.silu || mv->args.residual != nullptr || mv->args.rope.heads != 0 || mv->args.mm.n % 2 != 0) {
-    return std::nullopt;
-  }
+  if (!mv || mv->args.silu || mv->args.residual != nullptr || mv->args.mm.n % 2 != 0) return std::nullopt;
   const auto s = act.args_as<SiluMulArgs>();
   const MatmulArgs& m = mv->args.mm;
   const int64_t half = m.n / 2;
@@ -113,63 +108,12 @@ std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch&
   return fused_dispatch(*mv, matmul);
 }
 
-// mv -> [q | k | v] (one token); rope_kv_write(q, k, v) (normal layout)  ==>  mv whose
-// epilogue rotates each (2i, 2i + 1) pair of q and k rows (a warp owns both outputs) and
-// writes k and v into the caches. The product's output is left as rope_kv_write leaves it.
-std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispatch& rope, const KernelRegistry& registry) {
-  const std::string& name = rope.kernel->name;
-  if (!starts_with(name, "rope_kv_write_") || starts_with(name, "rope_kv_write_neox_")) return std::nullopt;
-  const std::string cache = name.substr(std::string_view("rope_kv_write_").size());
-  DType cache_dtype;
-  if (cache == "f32") {
-    cache_dtype = DType::f32;
-  } else if (cache == "f16") {
-    cache_dtype = DType::f16;
-  } else if (cache == "bf16") {
-    cache_dtype = DType::bf16;
-  } else {
-    return std::nullopt;
-  }
-  std::optional<Matvec> mv = as_matvec(matmul, registry);
-  if (!mv || mv->args.silu || mv->args.residual != nullptr || mv->args.rope.heads != 0) return std::nullopt;
-  const auto r = rope.args_as<RopeKvArgs>();
-  const MatmulArgs& m = mv->args.mm;
-  const int64_t hd = r.head_dim;
-  if (m.m != 1 || r.tokens != 1 || hd % 2 != 0 || r.rotary_dims % 2 != 0 || r.rotary_dims > hd) return std::nullopt;
-  if (r.q != m.out || r.k != m.out + r.n_head * hd || r.v != r.k + r.n_kv_head * hd ||
-      m.n != (r.n_head + 2 * r.n_kv_head) * hd) {
-    return std::nullopt;
-  }
-  if (r.n_head > INT32_MAX || r.n_kv_head > INT32_MAX || hd > INT32_MAX) return std::nullopt;
-  MatvecRopeKv& e = mv->args.rope;
-  e.k_cache = r.k_cache;
-  e.v_cache = r.v_cache;
-  e.position = r.positions;
-  e.freq_factors = r.freq_factors;
-  e.ctx = r.ctx;
-  e.cache_stride = r.cache_stride;
-  e.heads = static_cast<int32_t>(r.n_head);
-  e.kv_heads = static_cast<int32_t>(r.n_kv_head);
-  e.head_dim = static_cast<int32_t>(hd);
-  e.rotary_dims = r.rotary_dims;
-  e.theta = r.theta;
-  e.freq_scale = r.freq_scale;
-  e.cache_dtype = static_cast<int32_t>(cache_dtype);
-  // A kernel of its own (mv_<W>_f32_fused_rope), never fused further.
-  mv->fused = registry.find(mv->fused->name + "_rope");
-  if (mv->fused == nullptr) return std::nullopt;
-  return fused_dispatch(*mv, matmul);
-}
-
 }  // namespace
 
 void register_matmul_fusion_rules(FusionRules& rules) {
   rules.add({"rms_norm+matvec", OpKind::norm, OpKind::matmul, fuse_norm_matvec});
   rules.add({"matvec+add", OpKind::matmul, OpKind::add, fuse_matvec_add});
   rules.add({"matvec+silu_mul", OpKind::matmul, OpKind::activation, fuse_matvec_silu});
-  FusionRule rope_kv{"matvec+rope_kv", OpKind::matmul, OpKind::rope, fuse_matvec_rope_kv};
-  rope_kv.consumer_writes_intermediate = true;
-  rules.add(std::move(rope_kv));
 }
 
 }  // namespace onepass::ops

@@ -26,10 +26,6 @@ struct FusionRule {
   /// The fused kernel still writes the producer's output (e.g. add + rms_norm keeps the
   /// residual sum), so it may stay live after the consumer.
   bool keeps_intermediate = false;
-  /// The consumer writes part of the producer's output in place (rope_kv_write rotating q
-  /// inside the Q/K/V product) and the fused kernel leaves the whole output as the
-  /// consumer leaves it; implies keeps_intermediate.
-  bool consumer_writes_intermediate = false;
 };
 
 class FusionRules {

@@ -49,29 +49,8 @@ struct MatmulArgs {
 ///   silu         out[m, j] = silu(w_j · x) * (w_{j+n} · x): w has 2n rows (gate, then up)
 ///   residual     out[m, j] += residual[m * residual_stride + j] (0: one broadcast row);
 ///                residual may be out itself
-///   rope         (kernels mv_<W>_f32_fused_rope only, which read it) the decode Q/K/V
-///                product followed by rope_kv_write with the normal (pairwise) layout:
-///                out holds [q | k | v] of one token; q rows leave rotated, k and v rows
-///                as computed, and the rotated k and v rows go into the caches at
-///                *rope.position (MatvecRopeKv)
 /// mm.n is the number of outputs per row of x. Launch shape: that of mv_<W>_f32 for the
 /// weight's rows.
-struct MatvecRopeKv {
-  void* k_cache;             // [n_kv_head, ctx, head_dim] rows cache_stride elements apart
-  void* v_cache;
-  const int32_t* position;   // the token's position (outside [0, ctx): no cache write)
-  const float* freq_factors; // [rotary_dims / 2] or null
-  int64_t ctx;
-  int64_t cache_stride;
-  int32_t heads;             // n_head; 0: no RoPE epilogue
-  int32_t kv_heads;
-  int32_t head_dim;
-  int32_t rotary_dims;       // even, <= head_dim; pairs (2i, 2i + 1) rotate (normal layout)
-  float theta;
-  float freq_scale;
-  int32_t cache_dtype;       // DType of the caches: f32, f16 or bf16
-};
-
 struct FusedMatvecArgs {
   MatmulArgs mm;
   const float* norm_weight;
@@ -79,7 +58,6 @@ struct FusedMatvecArgs {
   int32_t silu;
   const float* residual;
   int64_t residual_stride;
-  MatvecRopeKv rope;
 };
 
 /// The op uses mv_* up to this many rows of x, mm_* beyond.

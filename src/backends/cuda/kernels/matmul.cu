@@ -34,7 +34,6 @@ struct MvFusion {
   bool silu = false;
   const float* residual = nullptr;
   int64_t residual_stride = 0;
-  const ops::MatvecRopeKv* rope = nullptr;  // Q/K/V epilogue: RoPE + KV-cache write
 };
 
 __device__ __forceinline__ float4 load4(const float* p, bool vec) {
@@ -170,80 +169,8 @@ __device__ __forceinline__ MvRows mv_rows(const ops::MatmulArgs& a, const MvFusi
   return {(int64_t{blockIdx.x} * kMvWarps + warp) * per, int64_t{gridDim.x} * kMvWarps * per, per};
 }
 
-template <DType C>
-__device__ __forceinline__ void store_cache_pair(void* cache, int64_t index, float y0, float y1) {
-  auto* c = static_cast<typename Elem<C>::storage*>(cache) + index;
-  c[0] = Elem<C>::store(y0);
-  c[1] = Elem<C>::store(y1);
-}
-
-// The part of the Q/K/V epilogue for outputs j0 and j0 + 1 (j0 even) that does not depend
-// on the token: which of q, k, v they are, their cache offset and the rotation frequency
-// (powf and the frequency factors are read-only, so a warp works this out for its first
-// rows before waiting for its predecessor; the store is then a sincos and two FMAs).
-struct RopePair {
-  float inv_freq = 0.0f;
-  int64_t cache_offset = 0;  // (head * ctx) * cache_stride + d: add position * cache_stride
-  int kind = 0;              // 0 q, 1 k, 2 v
-  bool rotate = false;
-};
-
-__device__ __forceinline__ RopePair rope_pair(const ops::MatvecRopeKv& r, int64_t j0) {
-  const int hd = r.head_dim;
-  const int q_end = r.heads * hd;
-  const int k_end = q_end + r.kv_heads * hd;
-  const int j = static_cast<int>(j0);
-  RopePair p;
-  p.kind = j < q_end ? 0 : j < k_end ? 1 : 2;
-  const int local = j - (p.kind == 0 ? 0 : p.kind == 1 ? q_end : k_end);
-  const int head = local / hd;
-  const int d = local - head * hd;
-  p.cache_offset = int64_t{head} * r.ctx * r.cache_stride + d;
-  p.rotate = p.kind < 2 && d < r.rotary_dims;
-  if (p.rotate) {
-    const int64_t i = d / 2;
-    const float exponent = -static_cast<float>(2 * i) / static_cast<float>(r.rotary_dims);
-    p.inv_freq = powf(r.theta, exponent) * r.freq_scale;
-    if (r.freq_factors != nullptr) p.inv_freq /= r.freq_factors[i];
-  }
-  return p;
-}
-
-// Outputs j0 and j0 + 1 of the decode Q/K/V product [q | k | v]: a rotary pair of q is
-// rotated in place, k and v are stored as computed, and the k (rotated) and v pairs go
-// into the caches at the token's position. Angles in rope_kv_write's expression order, so
-// the fused and unfused paths round alike.
-__device__ __forceinline__ void rope_kv_store(const ops::MatmulArgs& a, const ops::MatvecRopeKv& r, const RopePair& p,
-                                              int32_t position, int64_t j0, float v0, float v1) {
-  float y0 = v0, y1 = v1;
-  if (p.rotate) {
-    const float angle = static_cast<float>(position) * p.inv_freq;
-    float s, c;
-    sincosf(angle, &s, &c);
-    y0 = v0 * c - v1 * s;
-    y1 = v0 * s + v1 * c;
-  }
-  a.out[j0] = p.kind == 0 ? y0 : v0;
-  a.out[j0 + 1] = p.kind == 0 ? y1 : v1;
-  if (p.kind == 0 || position < 0 || position >= r.ctx) return;  // device data: never write outside
-  void* cache = p.kind == 1 ? r.k_cache : r.v_cache;
-  const int64_t index = p.cache_offset + int64_t{position} * r.cache_stride;
-  switch (static_cast<DType>(r.cache_dtype)) {
-    case DType::f16: store_cache_pair<DType::f16>(cache, index, y0, y1); break;
-    case DType::bf16: store_cache_pair<DType::bf16>(cache, index, y0, y1); break;
-    default: store_cache_pair<DType::f32>(cache, index, y0, y1); break;
-  }
-}
-
-// The token-independent epilogue state of a warp's rows (RoPE only) and the token's position.
-struct MvEpilogue {
-  RopePair pair;
-  int32_t position = 0;
-};
-
-// Warp sums and the fused epilogue: out[m, j] (+ residual), silu(gate) * up, or the
-// Q/K/V RoPE + KV-cache write (one row of x).
-__device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, const MvEpilogue& e, int64_t j0,
+// Warp sums and the fused epilogue: out[m, j] (+ residual), or silu(gate) * up.
+__device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0,
                                          float (&acc)[kMvMaxRows][kMvRowsPerWarp]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -252,9 +179,7 @@ __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusio
     const float v0 = warp_sum(acc[m][0]);
     const float v1 = warp_sum(acc[m][1]);
     if (lane != 0) continue;
-    if (f.rope != nullptr) {
-      rope_kv_store(a, *f.rope, e.pair, e.position, j0, v0, v1);
-    } else if (f.silu) {
+    if (f.silu) {
       if (j0 >= a.n) continue;
       float v = v0 / (1.0f + __expf(-v0)) * v1;
       if (f.residual) v += f.residual[m * f.residual_stride + j0];
@@ -359,10 +284,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   // for the predecessor, so the weight latency overlaps its tail and the x staging below.
   if (rows_of.first < a.n) load_first_chunks(rows_of.first);
   prefetch_first_rows(a, f, 2 * kChunkBytes);
-  MvEpilogue epilogue;
-  if (f.rope != nullptr && rows_of.first < a.n) epilogue.pair = rope_pair(*f.rope, rows_of.first);
   pdl_wait();
-  if (f.rope != nullptr) epilogue.position = *f.rope->position;
   quantize_x_to_smem(a, f, inv_rms, scratch, xs);
   __syncthreads();
 
@@ -407,8 +329,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     }
     // The next rows' first chunks are in flight during this iteration's sums and stores.
     if (j0 + rows_of.step < a.n) load_first_chunks(j0 + rows_of.step);
-    if (f.rope != nullptr && j0 != rows_of.first) epilogue.pair = rope_pair(*f.rope, j0);
-    mv_store(a, f, epilogue, j0, acc);
+    mv_store(a, f, j0, acc);
   }
 }
 
@@ -462,10 +383,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   // loaded into registers before waiting for the predecessor, so their latency overlaps its
   // tail and the x staging (an L2 prefetch of whole rows here measured 15% slower for f16).
   if (vector && rows_of.first < a.n) load_first_chunks(rows_of.first);
-  MvEpilogue epilogue;
-  if (f.rope != nullptr && rows_of.first < a.n) epilogue.pair = rope_pair(*f.rope, rows_of.first);
   pdl_wait();
-  if (f.rope != nullptr) epilogue.position = *f.rope->position;
   if (x_loads_vec(a, f)) {
     // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
     if (f.norm_weight) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
@@ -551,8 +469,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
         }
       }
     }
-    if (f.rope != nullptr && j0 != rows_of.first) epilogue.pair = rope_pair(*f.rope, j0);
-    mv_store(a, f, epilogue, j0, acc);
+    mv_store(a, f, j0, acc);
   }
 }
 
@@ -567,23 +484,17 @@ __global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_co
 }
 
 __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
-  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride, nullptr};
+  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride};
 }
 
-// kRope: the Q/K/V product's RoPE + KV-write epilogue (mv_<W>_f32_fused_rope), a kernel of
-// its own so that the other fused products do not carry its registers.
-template <DType W, bool kRope>
+template <DType W>
 __global__ void __launch_bounds__(kMvWarps * 32) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
-  MvFusion fusion = fusion_of(f);
-  if constexpr (kRope) fusion.rope = &f.rope;
-  mv_quant_body<W>(f.mm, fusion);
+  mv_quant_body<W>(f.mm, fusion_of(f));
 }
 
-template <DType W, bool kRope>
+template <DType W>
 __global__ void __launch_bounds__(kMvWarps * 32) mv_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
-  MvFusion fusion = fusion_of(f);
-  if constexpr (kRope) fusion.rope = &f.rope;
-  mv_dense_body<W>(f.mm, fusion);
+  mv_dense_body<W>(f.mm, fusion_of(f));
 }
 
 // ---- mm (CUDA cores) ---------------------------------------------------------------------
@@ -669,19 +580,13 @@ void register_weight_type(KernelRegistry& registry) {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_dense_kernel<W>),
                                                    kMvWarps * 32, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
-                                                        reinterpret_cast<const void*>(&mv_dense_fused_kernel<W, false>),
-                                                        kMvWarps * 32, true, kMvSharedBytes));
-    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused_rope",
-                                                        reinterpret_cast<const void*>(&mv_dense_fused_kernel<W, true>),
+                                                        reinterpret_cast<const void*>(&mv_dense_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
   } else {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_quant_kernel<W>),
                                                    kMvWarps * 32, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
-                                                        reinterpret_cast<const void*>(&mv_quant_fused_kernel<W, false>),
-                                                        kMvWarps * 32, true, kMvSharedBytes));
-    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused_rope",
-                                                        reinterpret_cast<const void*>(&mv_quant_fused_kernel<W, true>),
+                                                        reinterpret_cast<const void*>(&mv_quant_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
   }
   registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_kernel<W>), 256));
