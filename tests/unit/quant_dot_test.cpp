@@ -40,8 +40,9 @@ void check_format() {
     for (int l = 0; l < 32; ++l) exact_x[l] = static_cast<float>(static_cast<int>(rng() % 255) - 127) / 64.0f;
     exact_x[rng() % 32] = 127.0f / 64.0f;
     alignas(16) int8_t q[32];
-    quantdot::XGroup g{q, 0, 0, 0};
-    quantdot::quantize_group_host(exact_x, q, g.d, g.sum_lo, g.sum_hi);
+    float d = 0, sum_lo = 0, sum_hi = 0;
+    quantdot::quantize_group_host(exact_x, q, d, sum_lo, sum_hi);
+    quantdot::XGroup g = quantdot::XGroup::load(q, d, sum_lo, sum_hi);
     ASSERT_EQ(g.d, 1.0f / 64.0f);
     double want = 0.0, magnitude = 0.0;
     for (int l = 0; l < 32; ++l) {
@@ -51,7 +52,8 @@ void check_format() {
     ASSERT_NEAR(F::unit_dot(b, u, g), want, 1e-6 * magnitude + 1e-7) << "unit " << unit;
 
     // Random activations: off only by the int8 rounding, |err| <= sum |w| * d / 2.
-    quantdot::quantize_group_host(&x[unit * 32], q, g.d, g.sum_lo, g.sum_hi);
+    quantdot::quantize_group_host(&x[unit * 32], q, d, sum_lo, sum_hi);
+    g = quantdot::XGroup::load(q, d, sum_lo, sum_hi);
     double exact = 0.0, bound = 0.0;
     for (int l = 0; l < 32; ++l) {
       exact += static_cast<double>(decoded[l]) * x[unit * 32 + l];

@@ -312,7 +312,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
         for (int m = 0; m < kMvMaxRows; ++m) {
           if (m >= a.m) break;
           const float4 g = xs.groups[m * units + u];
-          const quantdot::XGroup x{xs.q + (m * units + u) * 32, g.x, g.y, g.z};
+          const auto x = quantdot::XGroup::load(xs.q + (m * units + u) * 32, g.x, g.y, g.z);
 #pragma unroll
           for (int r = 0; r < kMvRowsPerWarp; ++r) {
             const uintptr_t begin = reinterpret_cast<uintptr_t>(rows[r]) + c * kChunkBytes;

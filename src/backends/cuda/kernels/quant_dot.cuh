@@ -32,12 +32,30 @@
 namespace onepass::quantdot {
 
 /// 32 activations quantized as x ~ d * q, plus exact sums of the two halves of the
-/// original values (for the formats with offsets).
+/// original values (for the formats with offsets). The int8 values are held in registers
+/// (4 per int), loaded once per unit and shared by every weight row dotted with them.
 struct XGroup {
-  const int8_t* q;  // 32 values, 16-byte aligned
+  int q[8];
   float d;
   float sum_lo;  // values 0..15
   float sum_hi;  // values 16..31
+
+  /// From 32 int8 values at q (16-byte aligned): two 16-byte loads on the device.
+  ONEPASS_HD static XGroup load(const int8_t* q, float d, float sum_lo, float sum_hi) {
+    XGroup g;
+#if defined(__CUDA_ARCH__)
+    const int4 a = reinterpret_cast<const int4*>(q)[0];
+    const int4 b = reinterpret_cast<const int4*>(q)[1];
+    g.q[0] = a.x, g.q[1] = a.y, g.q[2] = a.z, g.q[3] = a.w;
+    g.q[4] = b.x, g.q[5] = b.y, g.q[6] = b.z, g.q[7] = b.w;
+#else
+    std::memcpy(g.q, q, sizeof(g.q));
+#endif
+    g.d = d;
+    g.sum_lo = sum_lo;
+    g.sum_hi = sum_hi;
+    return g;
+  }
 };
 
 ONEPASS_HD int dp4a(int a, int b, int c) {
@@ -74,22 +92,30 @@ ONEPASS_HD uint32_t ld_u32_2(const uint8_t* p) {
 #endif
 }
 
-/// Four int8 activations (4-byte aligned).
-ONEPASS_HD int ld_q4(const int8_t* q, int i) {
-#if defined(__CUDA_ARCH__)
-  return reinterpret_cast<const int*>(q)[i];
-#else
-  int v;
-  std::memcpy(&v, q + 4 * i, 4);
-  return v;
-#endif
-}
-
 ONEPASS_HD float half_bits_to_float(uint16_t h) {
 #if defined(__CUDA_ARCH__)
   return __half2float(__ushort_as_half(h));
 #else
   return f16_to_f32(h);
+#endif
+}
+
+/// N consecutive 4-byte words from a 2-byte aligned address. On the device: N aligned
+/// loads (N + 1 when the address is 2 mod 4) joined by funnel shifts, instead of 2 N
+/// half-word loads (blocks of 18 and 34 bytes are only 2-byte aligned).
+template <int N>
+ONEPASS_HD void ld_words_2(const uint8_t* p, uint32_t (&out)[N]) {
+#if defined(__CUDA_ARCH__)
+  const unsigned misalign = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) & 2);
+  const auto* w = reinterpret_cast<const uint32_t*>(p - misalign);
+  uint32_t words[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; ++i) words[i] = w[i];
+  words[N] = misalign != 0 ? w[N] : 0u;  // never past the last byte
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(words[i], words[i + 1], 8 * misalign);
+#else
+  std::memcpy(out, p, sizeof(out));
 #endif
 }
 
@@ -114,12 +140,13 @@ struct Format<DType::q4_0> {
   // w = d (q - 8): d * (xd * sum(q * xq) - 8 * sum(x))
   ONEPASS_HD static float unit_dot(const uint8_t* b, int, const XGroup& x) {
     const float d = half_bits_to_float(ld_u16(b));
+    uint32_t w[4];
+    ld_words_2(b + 2, w);
     int sum = 0;
 ONEPASS_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const uint32_t w = ld_u32_2(b + 2 + 4 * i);
-      sum = dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_q4(x.q, i), sum);
-      sum = dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_q4(x.q, 4 + i), sum);
+      sum = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], sum);
+      sum = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], sum);
     }
     return d * (x.d * static_cast<float>(sum) - 8.0f * (x.sum_lo + x.sum_hi));
   }
@@ -141,12 +168,13 @@ struct Format<DType::q4_1> {
   ONEPASS_HD static float unit_dot(const uint8_t* b, int, const XGroup& x) {
     const float d = half_bits_to_float(ld_u16(b));
     const float m = half_bits_to_float(ld_u16(b + 2));
+    uint32_t w[4];
+    ld_words_2(b + 4, w);
     int sum = 0;
 ONEPASS_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const uint32_t w = ld_u32_2(b + 4 + 4 * i);
-      sum = dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_q4(x.q, i), sum);
-      sum = dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_q4(x.q, 4 + i), sum);
+      sum = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], sum);
+      sum = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], sum);
     }
     return d * x.d * static_cast<float>(sum) + m * (x.sum_lo + x.sum_hi);
   }
@@ -167,9 +195,11 @@ struct Format<DType::q8_0> {
   static constexpr int kBlockBytes = 34;
   ONEPASS_HD static float unit_dot(const uint8_t* b, int, const XGroup& x) {
     const float d = half_bits_to_float(ld_u16(b));
+    uint32_t w[8];
+    ld_words_2(b + 2, w);
     int sum = 0;
 ONEPASS_UNROLL
-    for (int i = 0; i < 8; ++i) sum = dp4a(static_cast<int>(ld_u32_2(b + 2 + 4 * i)), ld_q4(x.q, i), sum);
+    for (int i = 0; i < 8; ++i) sum = dp4a(static_cast<int>(w[i]), x.q[i], sum);
     return d * x.d * static_cast<float>(sum);
   }
   ONEPASS_HD static void dequant(const uint8_t* b, int, float* out) {
@@ -193,7 +223,7 @@ struct Format<DType::q4_k> {
     int sum = 0;
 ONEPASS_UNROLL
     for (int i = 0; i < 8; ++i) {
-      sum = dp4a(static_cast<int>((ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu), ld_q4(x.q, i), sum);
+      sum = dp4a(static_cast<int>((ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu), x.q[i], sum);
     }
     return (d * static_cast<float>(sc)) * x.d * static_cast<float>(sum) -
            (dmin * static_cast<float>(mn)) * (x.sum_lo + x.sum_hi);
@@ -229,7 +259,7 @@ ONEPASS_UNROLL
     for (int i = 0; i < 8; ++i) {
       const uint32_t lo = (ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
       const uint32_t hi = ((ld_u32_2(qh + 4 * i) >> u) & 0x01010101u) << 4;
-      sum = dp4a(static_cast<int>(lo | hi), ld_q4(x.q, i), sum);
+      sum = dp4a(static_cast<int>(lo | hi), x.q[i], sum);
     }
     return (d * static_cast<float>(sc)) * x.d * static_cast<float>(sum) -
            (dmin * static_cast<float>(mn)) * (x.sum_lo + x.sum_hi);
@@ -269,9 +299,9 @@ ONEPASS_UNROLL
       const uint32_t lo = (ld_u32_2(ql + 4 * i) >> lo_shift) & 0x0F0F0F0Fu;
       const uint32_t hi = ((ld_u32_2(qh + 4 * i) >> (2 * s)) & 0x03030303u) << 4;
       if (i < 4) {
-        sum_a = dp4a(static_cast<int>(lo | hi), ld_q4(x.q, i), sum_a);
+        sum_a = dp4a(static_cast<int>(lo | hi), x.q[i], sum_a);
       } else {
-        sum_b = dp4a(static_cast<int>(lo | hi), ld_q4(x.q, i), sum_b);
+        sum_b = dp4a(static_cast<int>(lo | hi), x.q[i], sum_b);
       }
     }
     const float d = half_bits_to_float(ld_u16(b + 208));
