@@ -217,6 +217,9 @@ ONEPASS_OP_CASES(attention) {
   cases.push_back({"flash_decode/bf16/6h2kv_hd80/kv300_ctx513", [](OpContext& c) {
     run_flash_decode(c, kHeadConfigs[1], 80, 513, 300, DType::bf16);
   }});
+  cases.push_back({"flash_decode/bf16/6h2kv_hd64/kv300_ctx513", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[1], 64, 513, 300, DType::bf16);  // the GQA kernel with bf16
+  }});
   cases.push_back({"flash_decode/f16/6h2kv_hd64/kv256_ctx512", [](OpContext& c) {
     run_flash_decode(c, kHeadConfigs[1], 64, 512, 256, DType::f16);  // exactly one full chunk
   }});

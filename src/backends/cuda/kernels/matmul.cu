@@ -98,17 +98,55 @@ __device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps
   __syncthreads();
 }
 
+// Whether a row of x is staged in one batch (K <= kXBatch * blockDim * 4: 2048 with 128
+// threads): then a fused norm takes its 1 / rms from the same registers (load_x_normed).
+__device__ __forceinline__ bool x_one_batch(const ops::MatmulArgs& a) {
+  return a.k / 4 <= int64_t{kXBatch} * blockDim.x;
+}
+
+// load_x_batch of a whole row (x_one_batch) with a fused norm: x and the norm weight are
+// loaded together and 1 / rms is reduced from those registers, saving rows_inv_rms's extra
+// pass over x (an L2 round trip). Same sums in the same order as rows_inv_rms. Called by
+// every thread (block_sum synchronises).
+__device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, bool vec,
+                                              float* scratch, float4 (&e)[kXBatch]) {
+  const int64_t k4 = a.k / 4;
+  const float* xr = a.x + m * a.x_stride;
+  float4 w[kXBatch];
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) {
+    const int64_t i = int64_t{j} * blockDim.x + threadIdx.x;
+    e[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+    w[j] = i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) sum += e[j].x * e[j].x + e[j].y * e[j].y + e[j].z * e[j].z + e[j].w * e[j].w;
+  sum = block_sum(sum, scratch);
+  const float scale = rsqrtf(sum / static_cast<float>(a.k) + f.eps);
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) {
+    e[j] = make_float4(e[j].x * scale * w[j].x, e[j].y * scale * w[j].y, e[j].z * scale * w[j].z,
+                       e[j].w * scale * w[j].w);
+  }
+}
+
 // Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
 // own one group, 4 values each, so the reductions are three shuffles deep.
 __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
                                                    float* scratch, XQuantSmem s) {
   const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
   const bool vec = x_loads_vec(a, f);
-  if (f.norm_weight) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
+  const bool normed_once = f.norm_weight && x_one_batch(a);
+  if (f.norm_weight && !normed_once) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
   for (int64_t m = 0; m < a.m; ++m) {
     for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
       float4 batch[kXBatch];
-      load_x_batch(a, f, inv_rms, m, base, vec, batch);
+      if (normed_once) {
+        load_x_normed(a, f, m, vec, scratch, batch);
+      } else {
+        load_x_batch(a, f, inv_rms, m, base, vec, batch);
+      }
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
         const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;  // groups: all or none valid
@@ -386,12 +424,17 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   pdl_wait();
   if (x_loads_vec(a, f)) {
     // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
-    if (f.norm_weight) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
+    const bool normed_once = f.norm_weight && x_one_batch(a);
+    if (f.norm_weight && !normed_once) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
     const int64_t k4 = a.k / 4;
     for (int64_t m = 0; m < a.m; ++m) {
       for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
         float4 batch[kXBatch];
-        load_x_batch(a, f, inv_rms, m, base, true, batch);
+        if (normed_once) {
+          load_x_normed(a, f, m, true, scratch, batch);
+        } else {
+          load_x_batch(a, f, inv_rms, m, base, true, batch);
+        }
 #pragma unroll
         for (int j = 0; j < kXBatch; ++j) {
           const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
@@ -474,12 +517,12 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv_quant_body<W>(a, MvFusion{});
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv_dense_body<W>(a, MvFusion{});
 }
 
@@ -488,12 +531,12 @@ __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv_quant_body<W>(f.mm, fusion_of(f));
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32) mv_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv_dense_body<W>(f.mm, fusion_of(f));
 }
 

@@ -80,6 +80,14 @@ ONEPASS_HD uint16_t ld_u16(const uint8_t* p) {
 #endif
 }
 
+ONEPASS_HD float half_bits_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return f16_to_f32(h);
+#endif
+}
+
 /// Four bytes from a 2-byte aligned address (every field of every format is).
 ONEPASS_HD uint32_t ld_u32_2(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
@@ -89,14 +97,6 @@ ONEPASS_HD uint32_t ld_u32_2(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
-#endif
-}
-
-ONEPASS_HD float half_bits_to_float(uint16_t h) {
-#if defined(__CUDA_ARCH__)
-  return __half2float(__ushort_as_half(h));
-#else
-  return f16_to_f32(h);
 #endif
 }
 
@@ -220,11 +220,11 @@ struct Format<DType::q4_k> {
     kquant_scale_min(b + 4, u, sc, mn);
     const uint8_t* qs = b + 16 + 32 * (u >> 1);
     const int shift = 4 * (u & 1);
+    uint32_t w[8];
+    ld_words_2(qs, w);
     int sum = 0;
 ONEPASS_UNROLL
-    for (int i = 0; i < 8; ++i) {
-      sum = dp4a(static_cast<int>((ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu), x.q[i], sum);
-    }
+    for (int i = 0; i < 8; ++i) sum = dp4a(static_cast<int>((w[i] >> shift) & 0x0F0F0F0Fu), x.q[i], sum);
     return (d * static_cast<float>(sc)) * x.d * static_cast<float>(sum) -
            (dmin * static_cast<float>(mn)) * (x.sum_lo + x.sum_hi);
   }
@@ -257,6 +257,7 @@ struct Format<DType::q5_k> {
     int sum = 0;
 ONEPASS_UNROLL
     for (int i = 0; i < 8; ++i) {
+      // Half-word loads here: whole-word arrays of qs and qh cost q5_k/q6_k spills.
       const uint32_t lo = (ld_u32_2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
       const uint32_t hi = ((ld_u32_2(qh + 4 * i) >> u) & 0x01010101u) << 4;
       sum = dp4a(static_cast<int>(lo | hi), x.q[i], sum);
