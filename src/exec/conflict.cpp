@@ -34,6 +34,15 @@ Hazard hazard_between(std::span<const MemRange> earlier_reads,
   return Hazard::none;
 }
 
+bool early_reads_conflict(std::span<const MemRange> predecessor_writes, const Dispatch& later) {
+  if (later.early_reads.empty()) return false;
+  return predecessor_writes.empty() || any_overlap(later.early_reads, predecessor_writes);
+}
+
+bool early_reads_conflict(const Dispatch& predecessor, const Dispatch& later) {
+  return early_reads_conflict(predecessor.writes, later);
+}
+
 Hazard hazard_between(const Dispatch& earlier, const Dispatch& later) {
   // An unannotated dispatch may touch anything: order it against everything.
   if (!earlier.annotated() || !later.annotated()) return Hazard::raw;

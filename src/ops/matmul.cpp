@@ -92,7 +92,12 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
   const LaunchDims dims = cuda && mv ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)
                                      : ops::matmul_launch_dims(backend().kind(), mv, m, n);
   Dispatch d(kernel, dims, args, OpKind::matmul, op);
-  d.read(x).read(w).write(out);
+  // The CUDA matrix-vector kernels load their first weight chunks before the PDL wait.
+  if (cuda && mv) {
+    d.read(x).read_early(w).write(out);
+  } else {
+    d.read(x).read(w).write(out);
+  }
   dispatch(std::move(d));
 }
 

@@ -10,6 +10,7 @@
 #include "onepass/exec/counters.h"
 #include "onepass/exec/graph_session.h"
 #include "onepass/exec/profile.h"
+#include "onepass/core/half.h"
 #include "onepass/ops/quant.h"
 #include "onepass/ops/synthetic.h"
 #include "support/synthetic.h"
@@ -374,6 +375,46 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
         }
       }
     }
+  }
+}
+
+// The matrix-vector kernels load weights before their PDL wait (Dispatch::early_reads), so
+// one whose weights the previous kernel writes must not be launched early: here a copy
+// converts new values into w right before the product, and w still holds the previous
+// run's values, which an early launch would read.
+TEST(CudaBackend, MatvecAfterTheKernelWritingItsWeightsReadsTheNewWeights) {
+  REQUIRE_GPU();
+  GraphExecutor exec(backend);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int64_t n = 4096, k = 1024;
+  TensorView x(backend->alloc(k * 4), DType::f32, Shape{1, k});
+  TensorView w32(backend->alloc(n * k * 4), DType::f32, Shape{n, k});
+  TensorView w16(backend->alloc(n * k * 2), DType::f16, Shape{n, k});
+  TensorView out(backend->alloc(n * 4), DType::f32, Shape{1, n});
+  const auto xs = testing::random_floats(static_cast<size_t>(k), seed, -1.0f, 1.0f);
+  testing::upload_floats(x, xs);
+  for (int run = 0; run < 3; ++run) {
+    const auto ws = testing::random_floats(static_cast<size_t>(n * k), seed + 1 + run, -1.0f, 1.0f);
+    testing::upload_floats(w32, ws);
+    out.view.fill(testing::kPoisonByte);
+    GraphSession s = run == 2 ? exec.begin() : exec.begin_recorded();
+    s.copy(w32, w16);
+    s.matmul(x, w16, out);
+    s.finish();
+    const auto got = testing::download_floats(out);
+    std::vector<double> want(static_cast<size_t>(n), 0.0);
+    double scale = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < k; ++i) {
+        want[static_cast<size_t>(j)] += static_cast<double>(f16_to_f32(f32_to_f16(ws[static_cast<size_t>(j * k + i)]))) *
+                                        xs[static_cast<size_t>(i)];
+      }
+      scale = std::max(scale, std::abs(want[static_cast<size_t>(j)]));
+    }
+    size_t worst = 0;
+    EXPECT_LE(testing::max_scaled_error(got, want, 1e-4 * scale, 0.0, &worst), 1.0)
+        << "run " << run << " output " << worst << ": " << got[worst] << " vs " << want[worst];
   }
 }
 

@@ -68,5 +68,26 @@ TEST(ConflictRules, UnannotatedDispatchConflictsWithEverything) {
   EXPECT_TRUE(tracker.conflicts(std::vector<MemRange>{{1, 2}}, {}));
 }
 
+// A kernel that loads weights before its programmatic-dependent-launch wait may launch
+// early only after a predecessor that does not write them.
+TEST(ConflictRules, EarlyReadsForbidAnEarlyLaunchAfterTheirWriter) {
+  Dispatch matvec;
+  matvec.reads = {{0, 100}, {1000, 5000}};  // x, w
+  matvec.early_reads = {{1000, 5000}};      // w, loaded before the wait
+  matvec.writes = {{6000, 6100}};
+  Dispatch writes_x;
+  writes_x.writes = {{0, 100}};
+  Dispatch writes_w;
+  writes_w.writes = {{4096, 4097}};
+  Dispatch unannotated;
+  EXPECT_FALSE(early_reads_conflict(writes_x, matvec));
+  EXPECT_TRUE(early_reads_conflict(writes_w, matvec));
+  EXPECT_TRUE(early_reads_conflict(unannotated, matvec));
+  Dispatch plain = matvec;
+  plain.early_reads.clear();
+  EXPECT_FALSE(early_reads_conflict(writes_w, plain)) << "a kernel reading nothing early waits in-kernel";
+  EXPECT_FALSE(early_reads_conflict(unannotated, plain));
+}
+
 }  // namespace
 }  // namespace onepass

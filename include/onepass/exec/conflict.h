@@ -31,6 +31,13 @@ Hazard hazard_between(std::span<const MemRange> earlier_reads,
 /// writes) conflict with everything.
 Hazard hazard_between(const Dispatch& earlier, const Dispatch& later);
 
+/// Whether `later` may not start before `predecessor` has finished although it waits for
+/// it in-kernel (programmatic dependent launch): it reads something early that the
+/// predecessor writes, or the predecessor is unannotated and may write anything.
+bool early_reads_conflict(const Dispatch& predecessor, const Dispatch& later);
+/// The same from the predecessor's declared writes (none: unannotated).
+bool early_reads_conflict(std::span<const MemRange> predecessor_writes, const Dispatch& later);
+
 /// The ranges touched by the current concurrent group (the seeds' ConflictTracker /
 /// llama.cpp's mem_ranges): a new dispatch may join the group only if it has no hazard
 /// with any of them.

@@ -31,6 +31,10 @@ struct Dispatch {
   OpKind op_kind = OpKind::other;
   std::vector<MemRange> reads;
   std::vector<MemRange> writes;
+  /// Reads the kernel may issue before its programmatic-dependent-launch wait (weights it
+  /// loads while its predecessor finishes); also listed in `reads`. A backend must not
+  /// launch it early after a dispatch writing any of them (early_reads_conflict()).
+  std::vector<MemRange> early_reads;
   std::string label;
   /// Bytes the dispatch really moves, when its declared ranges over-approximate them for
   /// dependency safety (a gather declares the whole table); 0: the ranges' total. Only the
@@ -72,6 +76,11 @@ struct Dispatch {
   /// Declares that the dispatch reads the tensor's bytes (and keeps its buffer alive).
   Dispatch& read(const TensorView& t) { return read(t.view, t.range()); }
   Dispatch& read(const BufferView& v) { return read(v, v.range()); }
+  /// A read the kernel may issue before its PDL wait (see early_reads).
+  Dispatch& read_early(const TensorView& t) {
+    if (!t.range().empty()) early_reads.push_back(t.range());
+    return read(t);
+  }
   Dispatch& write(const TensorView& t) { return write(t.view, t.range()); }
   Dispatch& write(const BufferView& v) { return write(v, v.range()); }
 

@@ -7,6 +7,7 @@
 
 #include "cuda_check.h"
 #include "onepass/core/error.h"
+#include "onepass/exec/conflict.h"
 #include "onepass/exec/profile.h"
 
 namespace onepass::cuda {
@@ -323,7 +324,9 @@ class CudaSubmission final : public Submission {
     cudaLaunchAttribute attribute{};
     // Early launch needs the predecessor on the same stream to be a kernel too; events
     // recorded for profiling in between would serialise it anyway.
-    if (d.kernel->pdl && backend_.options().pdl && !profile && dispatches_ > 1) {
+    const bool early_ok = !early_reads_conflict(last_writes_, d);
+    last_writes_ = d.writes;
+    if (d.kernel->pdl && backend_.options().pdl && !profile && dispatches_ > 1 && early_ok) {
       attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attribute.val.programmaticStreamSerializationAllowed = 1;
       config.attrs = &attribute;
@@ -371,8 +374,14 @@ class CudaSubmission final : public Submission {
     }
     // Programmatic edges let a PDL-aware kernel launch while its single kernel
     // predecessor finishes; it waits (griddepcontrol.wait) before touching memory.
-    const bool programmatic =
+    // Not after a kernel writing what this one reads before its wait (early_reads).
+    bool programmatic =
         !profile && d.kernel->pdl && backend_.options().pdl && deps.size() == 1 && deps_are_kernels;
+    if (programmatic && !d.early_reads.empty()) {
+      const auto dep = std::find(kernel_nodes_.begin(), kernel_nodes_.end(), deps.front());
+      programmatic = dep != kernel_nodes_.end() &&
+                     !early_reads_conflict(node_writes_[static_cast<size_t>(dep - kernel_nodes_.begin())], d);
+    }
     std::vector<cudaGraphEdgeData> edges(kernel_deps.size());
     for (cudaGraphEdgeData& e : edges) {
       std::memset(&e, 0, sizeof e);
@@ -401,6 +410,7 @@ class CudaSubmission final : public Submission {
       key_ = mix_hash(key_, it == kernel_nodes_.end() ? 0xffffu : static_cast<uint64_t>(it - kernel_nodes_.begin()));
     }
     kernel_nodes_.push_back(node);
+    node_writes_.push_back(d.writes);
     return node;
   }
 
@@ -413,12 +423,14 @@ class CudaSubmission final : public Submission {
   bool launched_ = false;
   bool waited_ = false;
   size_t dispatches_ = 0;
+  std::vector<MemRange> last_writes_;  // immediate mode: the previous launch's declared writes
   std::vector<std::shared_ptr<Buffer>> keep_alive_;
   std::unique_ptr<Event> start_, end_;
   std::vector<DispatchTiming> timings_;
   // Graph mode.
   cudaGraph_t graph_ = nullptr;
   std::vector<cudaGraphNode_t> kernel_nodes_;
+  std::vector<std::vector<MemRange>> node_writes_;  // declared writes of each kernel node
   std::vector<cudaGraphNode_t> group_;
   cudaGraphNode_t join_ = nullptr;
   bool join_is_kernel_ = false;
