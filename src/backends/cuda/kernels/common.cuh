@@ -40,8 +40,10 @@ struct Elem<DType::bf16> {
 };
 
 /// Programmatic dependent launch. Every kernel registered with `pdl = true` calls this
-/// before touching global memory that another dispatch of the pass may write (read-only
-/// weights may be prefetched before it): it waits until the predecessor grids have completed and
+/// before touching global memory that another dispatch of the pass may write. Before it a
+/// kernel may only prefetch into L2, or load what its dispatch declares as early_reads (the
+/// backend then never launches it early after a kernel writing those): it waits until the
+/// predecessor grids have completed and
 /// their writes are visible, then lets the next kernel in the chain be launched, so that
 /// kernel's launch and prologue overlap this one's execution (it will in turn wait here
 /// for this grid to complete). No-ops when the kernel was not launched with PDL.
