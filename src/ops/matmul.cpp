@@ -37,6 +37,19 @@ LaunchDims matmul_launch_dims(BackendKind backend, bool mv, int64_t m, int64_t n
   return dims;
 }
 
+LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n) {
+  const int64_t m_tiles = (m + kCudaTcTileM - 1) / kCudaTcTileM;
+  const int64_t n_tiles = (n + kCudaTcTileN - 1) / kCudaTcTileN;
+  check(m_tiles <= 0x7fffffff && n_tiles <= 65535, "matmul", "tensor-core launch of ", m_tiles, " x ", n_tiles,
+        " tiles is too large");
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, m_tiles));
+  dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(1, n_tiles));
+  dims.block.x = static_cast<uint32_t>(kCudaTcThreads);
+  dims.shared_bytes = kCudaTcSharedBytes;
+  return dims;
+}
+
 LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms) {
   LaunchDims dims;
   dims.block.x = 128;
@@ -89,8 +102,9 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
                   (!cuda || ops::cuda_mv_shared_bytes(quantized, m, k) <= ops::kCudaMvSharedLimit);
   const Kernel& kernel =
       backend().registry().get(cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
-  const LaunchDims dims = cuda && mv ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)
-                                     : ops::matmul_launch_dims(backend().kind(), mv, m, n);
+  const LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)
+                          : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n)
+                                                          : ops::matmul_launch_dims(backend().kind(), mv, m, n);
   Dispatch d(kernel, dims, args, OpKind::matmul, op);
   // The CUDA matrix-vector kernels load their first weight chunks before the PDL wait.
   if (cuda && mv) {

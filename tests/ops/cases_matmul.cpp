@@ -16,6 +16,12 @@
 // separately, hence both sums and the 2|o| in m. Measured worst case over all weight
 // types, M in {1, 3, 17} and K up to 8192: 0.6 of the bracket, so the factor 4 leaves a
 // wide margin while a wrong block scale or a dropped block is still far outside it.
+//
+// The CUDA tensor-core kernels (matrix-matrix, every weight type but f32) also round x to
+// f16 (bf16 for bf16 weights) and block-format weights to f16 before multiplying: each
+// term x_k·w_k is then off by at most (u_x + u_w)·|x_k·w_k|, independent roundings of
+// either sign, so their sum has a standard deviation below (u_x + u_w)/sqrt(3)·‖m‖₂;
+// the tolerance adds 6·(u_x + u_w)·‖m‖₂ (about ten of those).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -106,7 +112,7 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
 // d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element (measured: well inside).
 std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
                                      const std::vector<double>& offsets, int64_t m, int64_t n,
-                                     int64_t k, double& atol, bool int8_x) {
+                                     int64_t k, double& atol, bool int8_x, double input_rounding) {
   std::vector<double> out(static_cast<size_t>(m * n));
   atol = 0;
   for (int64_t i = 0; i < m; ++i) {
@@ -133,7 +139,8 @@ std::vector<double> matmul_reference(const std::vector<double>& x, const std::ve
           quantization += amax / 127.0 / 2.0 * weight;
         }
       }
-      atol = std::max(atol, 4 * 0x1p-24 * std::sqrt(static_cast<double>(k)) * bracket + 1.01 * quantization);
+      atol = std::max(atol, 4 * 0x1p-24 * std::sqrt(static_cast<double>(k)) * bracket + 1.01 * quantization +
+                                6 * input_rounding * std::sqrt(squares));
     }
   }
   return out;
@@ -165,8 +172,14 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t
     c.session().matmul(x, w, out);
     c.run();
     double atol = 0;
-    const bool int8_x = c.backend().kind() == BackendKind::cuda && dtype_is_quantized(t) && m <= ops::kMatmulMvMaxRows;
-    const std::vector<double> ref = matmul_reference(c.host(x), w_values, offsets, m, n, k, atol, int8_x);
+    const bool cuda = c.backend().kind() == BackendKind::cuda;
+    const bool int8_x = cuda && dtype_is_quantized(t) && m <= ops::kMatmulMvMaxRows;
+    double input_rounding = 0;  // u_x + u_w of the tensor-core kernels
+    if (cuda && m > ops::kMatmulMvMaxRows && t != DType::f32) {
+      input_rounding = (t == DType::bf16 ? 0x1p-8 : 0x1p-11) + (dtype_is_quantized(t) ? 0x1p-11 : 0.0);
+    }
+    const std::vector<double> ref =
+        matmul_reference(c.host(x), w_values, offsets, m, n, k, atol, int8_x, input_rounding);
     c.expect_near(out, ref, Tolerance{atol, 0.0});
   }});
 }
@@ -187,6 +200,8 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 19, 33, k, 0, true);  // mm
     }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
+    // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.
+    add_case(cases, t, 150, 260, 768, 0, false);
   }
   // Argument checks: wrong K, wrong out shape, unsupported weight type.
   cases.push_back({"matmul/errors", [](OpContext& c) {

@@ -16,7 +16,8 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
                         std::vector<double>& offsets, bool random_bits);
 std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
                                      const std::vector<double>& offsets, int64_t m, int64_t n,
-                                     int64_t k, double& atol, bool int8_x = false);
+                                     int64_t k, double& atol, bool int8_x = false,
+                                     double input_rounding = 0);
 }  // namespace quant_cases
 
 namespace {

@@ -15,6 +15,7 @@ void register_kv_cache_cuda_kernels(KernelRegistry& registry);
 void register_argmax_cuda_kernels(KernelRegistry& registry);
 void register_attention_cuda_kernels(KernelRegistry& registry);
 void register_matmul_cuda_kernels(KernelRegistry& registry);
+void register_matmul_tc_cuda_kernels(KernelRegistry& registry);
 void register_rope_kv_cuda_kernels(KernelRegistry& registry);
 void register_embedding_cuda_kernels(KernelRegistry& registry);
 void register_affine_cuda_kernels(KernelRegistry& registry);

@@ -9,9 +9,9 @@
 // The grid is persistent and fully resident: blocks loop over row pairs, so x is staged
 // once per block.
 // mv, dense: the same with x kept in f32 and 16-byte weight loads when aligned.
-// mm: tiles of 64 x 64 outputs, K in steps of 32: x and the dequantized weights staged in
-// shared memory, 4 x 4 outputs per thread (CUDA cores; the tensor-core path replaces it
-// for prefill).
+// mm, f32 weights: tiles of 64 x 64 outputs, K in steps of 32 staged in shared memory, 4 x 4
+// outputs per thread on the CUDA cores. mm for the other weight types runs on the tensor
+// cores (matmul_tc.cu).
 #include "common.cuh"
 #include "onepass/ops/matmul.h"
 #include "quant_dot.cuh"
@@ -540,47 +540,24 @@ __global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_den
   mv_dense_body<W>(f.mm, fusion_of(f));
 }
 
-// ---- mm (CUDA cores) ---------------------------------------------------------------------
+// ---- mm, f32 weights (CUDA cores) ---------------------------------------------------------------------
 
 using tile::kStep;
 using tile::kTile;
 
-template <DType W>
+// The w tile of one K step (f32 weights only: the other types use the tensor cores).
 __device__ __forceinline__ void load_w_tile(const ops::MatmulArgs& a, int64_t n0, int64_t k0, float (*wt)[kStep + 1]) {
   const auto* wb = static_cast<const uint8_t*>(a.w);
-  if constexpr (W == DType::f32 || W == DType::f16 || W == DType::bf16) {
-    for (int i = threadIdx.x; i < kTile * kStep; i += blockDim.x) {
-      const int r = i / kStep;
-      const int c = i - r * kStep;
-      const int64_t n = n0 + r;
-      const int64_t k = k0 + c;
-      float v = 0.0f;
-      if (n < a.n && k < a.k) v = load_weight<W>(wb + n * a.w_row_bytes, k);
-      wt[r][c] = v;
-    }
-  } else {
-    using F = quantdot::Format<W>;
-    // One unit (32 weights of one row) per thread: rows 0..63 of the tile.
-    if (threadIdx.x < kTile) {
-      const int r = threadIdx.x;
-      const int64_t n = n0 + r;
-      float vals[32];
-      if (n < a.n) {
-        const int64_t unit = k0 / 32;
-        const int64_t block = unit / F::kUnits;
-        F::dequant(wb + n * a.w_row_bytes + block * F::kBlockBytes, static_cast<int>(unit - block * F::kUnits), vals);
-      } else {
-#pragma unroll
-        for (int c = 0; c < 32; ++c) vals[c] = 0.0f;
-      }
-#pragma unroll
-      for (int c = 0; c < 32; ++c) wt[r][c] = vals[c];
-    }
+  for (int i = threadIdx.x; i < kTile * kStep; i += blockDim.x) {
+    const int r = i / kStep;
+    const int c = i - r * kStep;
+    const int64_t n = n0 + r;
+    const int64_t k = k0 + c;
+    wt[r][c] = (n < a.n && k < a.k) ? reinterpret_cast<const float*>(wb + n * a.w_row_bytes)[k] : 0.0f;
   }
 }
 
-template <DType W>
-__global__ void __launch_bounds__(256) mm_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(256) mm_f32_kernel(const __grid_constant__ ops::MatmulArgs a) {
   __shared__ float xt[kTile][kStep + 1];  // +1: no bank conflicts on the transposed reads
   __shared__ float wt[kTile][kStep + 1];
   pdl_wait();
@@ -597,7 +574,7 @@ __global__ void __launch_bounds__(256) mm_kernel(const __grid_constant__ ops::Ma
       const int64_t k = k0 + c;
       xt[r][c] = (m < a.m && k < a.k) ? a.x[m * a.x_stride + k] : 0.0f;
     }
-    load_w_tile<W>(a, n0, k0, wt);
+    load_w_tile(a, n0, k0, wt);
     __syncthreads();
     tile::accumulate(xt, wt, acc);
     __syncthreads();
@@ -632,7 +609,10 @@ void register_weight_type(KernelRegistry& registry) {
                                                         reinterpret_cast<const void*>(&mv_quant_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
   }
-  registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_kernel<W>), 256));
+  // mm for the other types: the tensor-core kernels of matmul_tc.cu.
+  if constexpr (W == DType::f32) {
+    registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_f32_kernel), 256));
+  }
 }
 
 }  // namespace
