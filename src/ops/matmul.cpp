@@ -37,7 +37,7 @@ LaunchDims matmul_launch_dims(BackendKind backend, bool mv, int64_t m, int64_t n
   return dims;
 }
 
-LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n) {
+LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n, uint32_t shared_bytes) {
   const int64_t m_tiles = (m + kCudaTcTileM - 1) / kCudaTcTileM;
   const int64_t n_tiles = (n + kCudaTcTileN - 1) / kCudaTcTileN;
   check(m_tiles <= 0x7fffffff && n_tiles <= 65535, "matmul", "tensor-core launch of ", m_tiles, " x ", n_tiles,
@@ -46,7 +46,7 @@ LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n) {
   dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, m_tiles));
   dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(1, n_tiles));
   dims.block.x = static_cast<uint32_t>(kCudaTcThreads);
-  dims.shared_bytes = kCudaTcSharedBytes;
+  dims.shared_bytes = shared_bytes;
   return dims;
 }
 
@@ -103,7 +103,7 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
   const Kernel& kernel =
       backend().registry().get(cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
   const LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)
-                          : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n)
+                          : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n, kernel.max_shared_bytes)
                                                           : ops::matmul_launch_dims(backend().kind(), mv, m, n);
   Dispatch d(kernel, dims, args, OpKind::matmul, op);
   // The CUDA matrix-vector kernels load their first weight chunks before the PDL wait.

@@ -26,6 +26,7 @@ struct BenchArgs {
   int64_t prefill = 512;
   int64_t decode = 128;
   int reps = 3;
+  int64_t batch = model::LoadOptions{}.max_batch;
   bool json = false;
 };
 
@@ -46,7 +47,9 @@ int run_bench(const BenchArgs& args) {
   const CopyBandwidth copy = measure_copy_bandwidth(backend);
 
   model::LoadOptions load;
+  check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
   load.context = args.prefill + args.decode + 1;
+  load.max_batch = args.batch;
   load.progress = [&](double fraction, const std::string& name) {
     if (!args.json)
       progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
@@ -178,6 +181,7 @@ Command add_bench_command(CLI::App& parent) {
   app->add_option("--decode", args->decode, "Decode steps per rep")->capture_default_str();
   app->add_option("--reps", args->reps, "Repetitions (medians are reported)")
       ->capture_default_str();
+  app->add_option("--batch", args->batch, "Prompt tokens per prefill chunk")->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object");
   return {app, [args] { return run_bench(*args); }};
 }

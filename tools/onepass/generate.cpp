@@ -32,6 +32,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   bool seed_given = false;
   int64_t context = 0;
+  int64_t batch = model::LoadOptions{}.max_batch;
 };
 
 int run_generate(const GenerateArgs& args) {
@@ -75,7 +76,9 @@ int run_generate(const GenerateArgs& args) {
   ProgressLine progress;
   const double load_start = now_seconds();
   model::LoadOptions load;
+  check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
   load.context = context;
+  load.max_batch = args.batch;
   load.progress = [&](double fraction, const std::string& name) {
     progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
   };
@@ -179,6 +182,8 @@ Command add_generate_command(CLI::App& parent) {
   CLI::Option* seed = app->add_option("--seed", args->seed, "Sampling seed (default: random)");
   app->add_option("--ctx", args->context,
                   "KV-cache capacity in tokens (default 0: prompt + tokens)")
+      ->capture_default_str();
+  app->add_option("--batch", args->batch, "Prompt tokens per prefill chunk (one recorded graph each)")
       ->capture_default_str();
   app->add_flag("--echo", args->echo, "Print the prompt (as given to the model) before the answer");
   app->add_flag("-v,--verbose", args->verbose, "Describe the model, device and sampling on stderr");

@@ -21,7 +21,7 @@ namespace onepass::model {
 
 struct LoadOptions {
   int64_t context = 4096;     // KV-cache capacity in tokens
-  int64_t max_batch = 256;    // prompt tokens per prefill chunk
+  int64_t max_batch = 512;    // prompt tokens per prefill chunk (one graph each)
   DType kv_type = DType::f16;
   /// Decode by replaying a recorded step (CapturedGraph) instead of re-encoding it.
   bool replay = true;

@@ -26,8 +26,8 @@ namespace onepass::ops {
 ///               block (256, 1, 1): one block per 64 x 64 tile of out on the CUDA cores,
 ///               K in steps of 32 staged in shared memory.
 ///               CUDA, other W: tensor cores (cuda_mm_tc_dims): grid (ceil(M / kCudaTcTileM),
-///               ceil(N / kCudaTcTileN), 1), block (kCudaTcThreads, 1, 1), kCudaTcSharedBytes
-///               of dynamic shared memory; x rounded to f16 (bf16 for bf16 weights), block
+///               ceil(N / kCudaTcTileN), 1), block (kCudaTcThreads, 1, 1), the kernel's
+///               max_shared_bytes of dynamic shared memory; x rounded to f16 (bf16 for bf16 weights), block
 ///               formats dequantized to f16, f32 accumulation.
 ///               CPU: grid (ceil(N / kCpuMmRowsPerBlock), ceil(M / kCpuMmColsPerBlock)): a
 ///               block dequantizes its weight rows to f32 once and runs a small GEMM.
@@ -76,15 +76,14 @@ inline constexpr int64_t kCpuMmColsPerBlock = 64;
 inline constexpr int64_t kCudaMvRowsPerBlock = 4;
 inline constexpr int64_t kCudaMmTile = 64;
 
-/// CUDA tensor-core mm (W != f32): tiles of out, K step, threads, and the shared memory of
-/// two buffers of both operand tiles (f16/bf16 rows of kCudaTcStepK + 8 values).
+/// CUDA tensor-core mm (W != f32): tiles of out, K step and threads of a block. Its dynamic
+/// shared memory depends on W (the kernel's max_shared_bytes).
 inline constexpr int64_t kCudaTcTileM = 64;
-inline constexpr int64_t kCudaTcTileN = 128;
+inline constexpr int64_t kCudaTcTileN = 64;
 inline constexpr int64_t kCudaTcStepK = 64;
-inline constexpr int64_t kCudaTcThreads = 256;
-inline constexpr uint32_t kCudaTcSharedBytes = 2 * (kCudaTcTileM + kCudaTcTileN) * (kCudaTcStepK + 8) * 2;
+inline constexpr int64_t kCudaTcThreads = 128;
 /// The CUDA tensor-core mm launch for M rows of x and N weight rows.
-LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n);
+LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n, uint32_t shared_bytes);
 
 /// Launch shape of mv_* (mv) or mm_* for M rows of x and N weight rows on a backend, as
 /// documented at MatmulArgs; the MLX affine kernels use the same shapes.

@@ -1,15 +1,18 @@
 // CUDA kernels mm_<W>_f32 for W = f16, bf16 and the GGML block formats: the
 // matrix-matrix product (prefill) on tensor cores. out [M, N] = x [M, K] · wᵀ.
 //
-// A block of 8 warps owns a kTcTileM x kTcTileN tile of out and walks K in steps of
-// kTcStepK. Each step, every thread loads 16 values of x (f32) and one 32-value unit of
-// one weight row (the raw bytes of its block: scale words and quant words) into
-// registers; after the block's barrier it loads the next step's while the warps multiply
-// the current one, then converts what it loaded to f16 (bf16 for bf16 weights: the tensor
-// cores multiply two operands of one type) into the other of two shared-memory buffers.
-// So the global loads of step s + 1 are in flight during the products of step s, and the
-// dequantization costs ALU work that overlaps the tensor cores, not latency.
-// Warps take 32 x 32 sub-tiles: ldmatrix fragments, mma.sync m16n8k16, f32 accumulators.
+// A block of 4 warps owns a kTcTileM x kTcTileN tile of out and walks K in steps of
+// kTcStepK values. A ring of kStages shared-memory stages, filled with cp.async, keeps
+// the global loads of the next steps in flight while the warps multiply the current one:
+//   x      the f32 rows of the step, converted to f16 (bf16 for bf16 weights) as the
+//          warps load their fragments;
+//   w      f16/bf16 weights: the rows of the step, used as they are;
+//          block formats: the raw bytes of the rows' blocks (one step of 64 values for
+//          the 32-value formats, one 256-value super-block for the k-quants, 4 steps),
+//          which the threads dequantize to f16, one 32-value unit each, into one of two
+//          operand tiles a step ahead of the products.
+// One barrier per step. Warps take 32 x 32 sub-tiles: ldmatrix / shared loads for the
+// fragments, mma.sync m16n8k16, f32 accumulators.
 //
 // Rounding: x is rounded to f16 (bf16 for bf16 weights), the block formats' dequantized
 // weights to f16; f16 and bf16 weights are exact. Products and sums are f32. The op
@@ -30,11 +33,41 @@ constexpr int kBM = static_cast<int>(ops::kCudaTcTileM);
 constexpr int kBN = static_cast<int>(ops::kCudaTcTileN);
 constexpr int kBK = static_cast<int>(ops::kCudaTcStepK);
 constexpr int kThreads = static_cast<int>(ops::kCudaTcThreads);
-// Halves per shared-memory row: 144 bytes, so the 8 row addresses of an ldmatrix fall in
-// 8 different 16-byte bank groups.
-constexpr int kPitch = kBK + 8;
-static_assert(2 * (kBM + kBN) * kPitch * 2 == ops::kCudaTcSharedBytes, "shared layout");
-static_assert(kBM * kBK == kThreads * 16 && kBN * kBK == kThreads * 32, "one x quarter-row and one unit per thread");
+constexpr int kStages = 4;
+static_assert(kBK == 64 && kBN * 2 == kThreads && kBM == 64 && kBN == 64, "one 32-value unit per thread and step");
+// Row pitches, +8 elements: the 8 rows an ldmatrix (or a half-warp's 8-byte loads) touch
+// fall in different bank groups.
+constexpr int kXPitch = kBK + 8;  // floats
+constexpr int kWPitch = kBK + 8;  // halves
+constexpr int kXStage = kBM * kXPitch * 4;
+constexpr int kWTile = kBN * kWPitch * 2;
+
+template <DType W>
+constexpr bool kDense = W == DType::f16 || W == DType::bf16;
+
+// Where the block's shared memory goes for weights of type W (bytes).
+template <DType W>
+struct Layout {
+  static constexpr int block_values = kDense<W> ? kBK : (W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0 ? 32 : 256);
+  static constexpr int block_bytes = [] {
+    if constexpr (kDense<W>) {
+      return 2 * kBK;
+    } else {
+      return quantdot::Format<W>::kBlockBytes;
+    }
+  }();
+  // Raw weight bytes per row that one cp.async stage brings: one K step, or one
+  // super-block (4 steps) for the k-quants.
+  static constexpr int raw_values = block_values > kBK ? block_values : kBK;
+  static constexpr int steps_per_raw = raw_values / kBK;
+  static constexpr int raw_bytes = raw_values / block_values * block_bytes;
+  static constexpr int raw_pitch = kDense<W> ? kWPitch * 2 : (raw_bytes + 4 + 15) / 16 * 16;
+  static constexpr int raw_slots = steps_per_raw == 1 ? kStages : 2;
+  static constexpr int x_offset = 0;
+  static constexpr int raw_offset = kStages * kXStage;
+  static constexpr int tile_offset = raw_offset + raw_slots * kBN * raw_pitch;
+  static constexpr int bytes = tile_offset + (kDense<W> ? 0 : 2 * kWTile);
+};
 
 // The operand type of the tensor-core product for weights of type W.
 template <DType W>
@@ -54,44 +87,25 @@ struct Operand<DType::bf16> {
   }
 };
 
-// ---- x: 16 consecutive values of one row per thread -------------------------------------
+// ---- cp.async ------------------------------------------------------------------------
 
-struct XRaw {
-  float v[16];
-};
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-__device__ __forceinline__ void load_x(const ops::MatmulArgs& a, int64_t m0, int64_t k0, bool vec, XRaw& r) {
-  const int64_t m = m0 + (threadIdx.x >> 2);
-  const int64_t k = k0 + 16 * (threadIdx.x & 3);
-  const float* p = a.x + m * a.x_stride + k;
-  if (vec && m < a.m && k + 16 <= a.k) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 f = reinterpret_cast<const float4*>(p)[i];
-      r.v[4 * i] = f.x;
-      r.v[4 * i + 1] = f.y;
-      r.v[4 * i + 2] = f.z;
-      r.v[4 * i + 3] = f.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) r.v[i] = (m < a.m && k + i < a.k) ? p[i] : 0.0f;
-  }
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
 
-template <DType W>
-__device__ __forceinline__ void store_x(const XRaw& r, typename Operand<W>::T* xs) {
-  uint32_t h[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) h[i] = Operand<W>::pack(r.v[2 * i], r.v[2 * i + 1]);
-  auto* dst = reinterpret_cast<uint4*>(xs + (threadIdx.x >> 2) * kPitch + 16 * (threadIdx.x & 3));
-  dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
-  dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
-}
-
-// ---- w: one 32-value unit of one row per thread -----------------------------------------
-// WUnit<W>::load(b, u, raw) loads the raw words of unit u of the block at b;
-// WUnit<W>::decode(raw, u, h) turns them into 16 packed pairs of operands in K order.
+// ---- w: dequantization of one 32-value unit (from the raw bytes in shared memory) ----------
+// WUnit<W>::load(b, u, raw) loads the words of unit u of the block at b;
+// WUnit<W>::decode(raw, u, h) turns them into 16 packed f16 pairs in K order.
 
 __device__ __forceinline__ uint32_t byte_of(const uint32_t* words, int i) { return (words[i >> 2] >> (8 * (i & 3))) & 0xFFu; }
 
@@ -280,74 +294,112 @@ struct WUnit<DType::q6_k> {
   }
 };
 
-// Dense f16/bf16 rows: the 64 bytes of the unit as they are.
-template <DType W>
-struct WDense {
-  struct Raw {
-    uint32_t h[16];
-  };
+
+// What the block reads, and whether it may copy in 16-byte pieces.
+struct Shape {
+  int64_t m0, n0, steps;
+  bool x_vec, w_vec;
 };
 
+// Issues the copies of stage q (K step q; for the block formats, raw stage q /
+// steps_per_raw when q starts one). Pieces that are out of range, or not 16-byte (x,
+// dense w) / 4-byte (raw blocks) copyable, are loaded and stored by the thread itself.
 template <DType W>
-constexpr bool kDense = W == DType::f16 || W == DType::bf16;
-
-template <DType W>
-struct WStage {
-  using Raw = typename std::conditional_t<kDense<W>, WDense<W>, WUnit<W>>::Raw;
-  Raw raw;
-  bool valid;
-  int u;  // unit within its block (k-quants)
-};
-
-template <DType W>
-__device__ __forceinline__ void load_w(const ops::MatmulArgs& a, int64_t n0, int64_t k0, bool vec, WStage<W>& s) {
-  const int64_t n = n0 + (threadIdx.x >> 1);
-  const int64_t k = k0 + 32 * (threadIdx.x & 1);
-  const auto* row = static_cast<const uint8_t*>(a.w) + n * a.w_row_bytes;
-  s.valid = n < a.n && k < a.k;
-  if constexpr (kDense<W>) {
-    const auto* p = reinterpret_cast<const uint16_t*>(row) + k;
-    if (vec && s.valid && k + 32 <= a.k) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint4 v = reinterpret_cast<const uint4*>(p)[i];
-        s.raw.h[4 * i] = v.x;
-        s.raw.h[4 * i + 1] = v.y;
-        s.raw.h[4 * i + 2] = v.z;
-        s.raw.h[4 * i + 3] = v.w;
-      }
+__device__ __forceinline__ void issue_stage(const ops::MatmulArgs& a, const Shape& sh, unsigned char* smem, int64_t q) {
+  using L = Layout<W>;
+  const int64_t k0 = q * kBK;
+  float* xs = reinterpret_cast<float*>(smem + L::x_offset + (q % kStages) * kXStage);
+  for (int i = threadIdx.x; i < kBM * (kBK / 4); i += kThreads) {
+    const int r = i / (kBK / 4);
+    const int c = 4 * (i % (kBK / 4));
+    const int64_t m = sh.m0 + r;
+    const int64_t k = k0 + c;
+    float* dst = xs + r * kXPitch + c;
+    const float* src = a.x + m * a.x_stride + k;
+    if (sh.x_vec && m < a.m && k + 4 <= a.k) {
+      cp_async16(dst, src);
     } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const uint32_t lo = s.valid && k + 2 * i < a.k ? p[2 * i] : 0u;
-        const uint32_t hi = s.valid && k + 2 * i + 1 < a.k ? p[2 * i + 1] : 0u;
-        s.raw.h[i] = lo | (hi << 16);
+      for (int e = 0; e < 4; ++e) dst[e] = (m < a.m && k + e < a.k) ? src[e] : 0.0f;
+    }
+  }
+  const auto* wb = static_cast<const uint8_t*>(a.w);
+  if constexpr (kDense<W>) {
+    auto* ws = reinterpret_cast<uint16_t*>(smem + L::raw_offset + (q % kStages) * kBN * L::raw_pitch);
+    for (int i = threadIdx.x; i < kBN * (kBK / 8); i += kThreads) {
+      const int r = i / (kBK / 8);
+      const int c = 8 * (i % (kBK / 8));
+      const int64_t n = sh.n0 + r;
+      const int64_t k = k0 + c;
+      uint16_t* dst = ws + r * kWPitch + c;
+      const auto* src = reinterpret_cast<const uint16_t*>(wb + n * a.w_row_bytes) + k;
+      if (sh.w_vec && n < a.n && k + 8 <= a.k) {
+        cp_async16(dst, src);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[e] = (n < a.n && k + e < a.k) ? src[e] : uint16_t{0};
       }
     }
-  } else {
-    using F = quantdot::Format<W>;
-    const int64_t unit = k / 32;
-    const int64_t block = unit / F::kUnits;
-    s.u = static_cast<int>(unit - block * F::kUnits);
-    if (s.valid) WUnit<W>::load(row + block * F::kBlockBytes, s.u, s.raw);
+  } else if (q % L::steps_per_raw == 0) {
+    const int64_t j = q / L::steps_per_raw;
+    unsigned char* slot = smem + L::raw_offset + (j % L::raw_slots) * kBN * L::raw_pitch;
+    const int64_t start = j * L::raw_bytes;
+    const int64_t row_data = a.k / L::block_values * L::block_bytes;
+    const int valid = static_cast<int>(row_data - start < L::raw_bytes ? row_data - start : L::raw_bytes);
+    if (sh.w_vec) {  // 16-byte aligned rows and stages
+      constexpr int kPieces = L::raw_bytes / 16;
+      for (int i = threadIdx.x; i < kBN * kPieces; i += kThreads) {
+        const int r = i / kPieces;
+        const int c = 16 * (i % kPieces);
+        const int64_t n = sh.n0 + r;
+        if (n < a.n && c < valid) cp_async16(slot + r * L::raw_pitch + c, wb + n * a.w_row_bytes + start + c);
+      }
+    } else {  // 4-byte words from the word holding the stage's first byte
+      constexpr int kWords = (L::raw_bytes + 3 + 3) / 4;
+      for (int i = threadIdx.x; i < kBN * kWords; i += kThreads) {
+        const int r = i / kWords;
+        const int c = 4 * (i % kWords);
+        const int64_t n = sh.n0 + r;
+        if (n >= a.n) continue;
+        const uint8_t* first = wb + n * a.w_row_bytes + start;
+        const auto misalign = static_cast<int>(reinterpret_cast<uintptr_t>(first) & 3);
+        if (c < misalign + valid) cp_async4(slot + r * L::raw_pitch + c, first - misalign + c);
+      }
+    }
   }
 }
 
+// Dequantizes this thread's unit of K step q into operand tile q % 2: row threadIdx / 2,
+// values 32 (threadIdx % 2) .. +31 of the step.
 template <DType W>
-__device__ __forceinline__ void store_w(const WStage<W>& s, typename Operand<W>::T* ws) {
+__device__ __forceinline__ void dequant_step(const ops::MatmulArgs& a, const Shape& sh, unsigned char* smem, int64_t q) {
+  using L = Layout<W>;
+  const int r = static_cast<int>(threadIdx.x >> 1);
+  const int half = static_cast<int>(threadIdx.x & 1);
+  const int64_t n = sh.n0 + r;
+  const int64_t k = q * kBK + 32 * half;
   uint32_t h[16];
-  if constexpr (kDense<W>) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) h[i] = s.raw.h[i];
-  } else {
-    if (s.valid) {
-      WUnit<W>::decode(s.raw, s.u, h);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) h[i] = 0u;
+  if (n < a.n && k < a.k) {
+    const int64_t j = q / L::steps_per_raw;
+    const unsigned char* row = smem + L::raw_offset + (j % L::raw_slots) * kBN * L::raw_pitch + r * L::raw_pitch;
+    if (!sh.w_vec) {
+      row += reinterpret_cast<uintptr_t>(static_cast<const uint8_t*>(a.w) + n * a.w_row_bytes + j * L::raw_bytes) & 3;
     }
+    // Unit u of the stage's block: the 32-value formats' stage holds two blocks.
+    int u = 0;
+    if constexpr (L::steps_per_raw == 1) {
+      row += half * L::block_bytes;
+    } else {
+      u = static_cast<int>(q % L::steps_per_raw) * 2 + half;
+    }
+    typename WUnit<W>::Raw raw;
+    WUnit<W>::load(row, u, raw);
+    WUnit<W>::decode(raw, u, h);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) h[i] = 0u;
   }
-  auto* dst = reinterpret_cast<uint4*>(ws + (threadIdx.x >> 1) * kPitch + 32 * (threadIdx.x & 1));
+  auto* dst = reinterpret_cast<uint4*>(smem + L::tile_offset + (q & 1) * kWTile + (r * kWPitch + 32 * half) * 2);
 #pragma unroll
   for (int i = 0; i < 4; ++i) dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
 }
@@ -378,24 +430,38 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-// Warp w multiplies rows 32 (w % 2) .. +31 of the x tile by rows 32 (w / 2) .. +31 of the
-// w tile over one K step: 2 x 4 m16n8 accumulators.
+
+// Warp w multiplies rows 32 (w % 2) .. +31 of the x stage by rows 32 (w / 2) .. +31 of the
+// w tile over one K step: 2 x 4 m16n8 accumulators. x fragments are read as f32 pairs and
+// rounded here.
 template <DType W>
-__device__ __forceinline__ void multiply_step(const typename Operand<W>::T* xs, const typename Operand<W>::T* ws,
-                                              float (&acc)[2][4][4]) {
+__device__ __forceinline__ void multiply_step(const float* xs, const typename Operand<W>::T* ws, float (&acc)[2][4][4]) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int wm = 32 * (warp & 1);
   const int wn = 32 * (warp >> 1);
+  const int g = lane >> 2;
+  const int t = lane & 3;
 #pragma unroll
   for (int kk = 0; kk < kBK; kk += 16) {
     uint32_t af[2][4];
     uint32_t bf[2][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(af[mi], xs + (wm + 16 * mi + (lane & 15)) * kPitch + kk + 8 * (lane >> 4));
+    for (int mi = 0; mi < 2; ++mi) {
+      const float* x0 = xs + (wm + 16 * mi + g) * kXPitch + kk + 2 * t;
+      const float* x8 = x0 + 8 * kXPitch;
+      const float2 v0 = *reinterpret_cast<const float2*>(x0);
+      const float2 v1 = *reinterpret_cast<const float2*>(x8);
+      const float2 v2 = *reinterpret_cast<const float2*>(x0 + 8);
+      const float2 v3 = *reinterpret_cast<const float2*>(x8 + 8);
+      af[mi][0] = Operand<W>::pack(v0.x, v0.y);
+      af[mi][1] = Operand<W>::pack(v1.x, v1.y);
+      af[mi][2] = Operand<W>::pack(v2.x, v2.y);
+      af[mi][3] = Operand<W>::pack(v3.x, v3.y);
+    }
 #pragma unroll
     for (int nj = 0; nj < 2; ++nj) {
-      ldmatrix_x4(bf[nj], ws + (wn + 16 * nj + (lane & 7) + 8 * (lane >> 4)) * kPitch + kk + 8 * ((lane >> 3) & 1));
+      ldmatrix_x4(bf[nj], ws + (wn + 16 * nj + (lane & 7) + 8 * (lane >> 4)) * kWPitch + kk + 8 * ((lane >> 3) & 1));
     }
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
@@ -406,49 +472,59 @@ __device__ __forceinline__ void multiply_step(const typename Operand<W>::T* xs, 
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kThreads, 2) mm_tc_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kThreads) mm_tc_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  using L = Layout<W>;
   using T = typename Operand<W>::T;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* xs = reinterpret_cast<T*>(smem);     // [2][kBM][kPitch]
-  T* ws = xs + 2 * kBM * kPitch;          // [2][kBN][kPitch]
-  const int64_t m0 = int64_t{blockIdx.x} * kBM;
-  const int64_t n0 = int64_t{blockIdx.y} * kBN;
-  const bool x_vec = a.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  const bool w_vec = a.w_row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+  Shape sh;
+  sh.m0 = int64_t{blockIdx.x} * kBM;
+  sh.n0 = int64_t{blockIdx.y} * kBN;
+  sh.steps = (a.k + kBK - 1) / kBK;
+  sh.x_vec = a.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  sh.w_vec = a.w_row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && L::raw_bytes % 16 == 0;
   float acc[2][4][4] = {};
   pdl_wait();
-  const int64_t steps = (a.k + kBK - 1) / kBK;
-  XRaw xr;
-  WStage<W> wr;
-  load_x(a, m0, 0, x_vec, xr);
-  load_w<W>(a, n0, 0, w_vec, wr);
-  for (int64_t s = 0; s < steps; ++s) {
-    const int buf = static_cast<int>(s & 1);
-    store_x<W>(xr, xs + buf * kBM * kPitch);
-    store_w<W>(wr, ws + buf * kBN * kPitch);
-    // One barrier per step: a buffer is rewritten two steps later, after every warp has
-    // passed the next step's barrier and so finished multiplying it.
-    __syncthreads();
-    if (s + 1 < steps) {
-      load_x(a, m0, (s + 1) * kBK, x_vec, xr);
-      load_w<W>(a, n0, (s + 1) * kBK, w_vec, wr);
-    }
-    multiply_step<W>(xs + buf * kBM * kPitch, ws + buf * kBN * kPitch, acc);
+  // Stages 0 .. kStages - 2 in flight; stage 0's weights dequantized.
+#pragma unroll
+  for (int q = 0; q < kStages - 1; ++q) {
+    if (q < sh.steps) issue_stage<W>(a, sh, smem, q);
+    cp_async_commit();
   }
+  if constexpr (!kDense<W>) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    dequant_step<W>(a, sh, smem, 0);
+  }
+  for (int64_t s = 0; s < sh.steps; ++s) {
+    // Stage s + 1 has landed (this thread's copies; the barrier makes everyone's
+    // visible), every warp is done with step s - 1 and step s's operand tile is complete.
+    cp_async_wait<kStages - 3>();
+    __syncthreads();
+    if (s + kStages - 1 < sh.steps) issue_stage<W>(a, sh, smem, s + kStages - 1);
+    cp_async_commit();
+    const float* xs = reinterpret_cast<const float*>(smem + L::x_offset + (s % kStages) * kXStage);
+    const T* ws = kDense<W> ? reinterpret_cast<const T*>(smem + L::raw_offset + (s % kStages) * kBN * L::raw_pitch)
+                            : reinterpret_cast<const T*>(smem + L::tile_offset + (s & 1) * kWTile);
+    multiply_step<W>(xs, ws, acc);
+    if constexpr (!kDense<W>) {
+      if (s + 1 < sh.steps) dequant_step<W>(a, sh, smem, s + 1);
+    }
+  }
+  cp_async_wait<0>();
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t m = m0 + 32 * (warp & 1) + 16 * mi + (lane >> 2) + 8 * half;
+    for (int hf = 0; hf < 2; ++hf) {
+      const int64_t m = sh.m0 + 32 * (warp & 1) + 16 * mi + (lane >> 2) + 8 * hf;
       if (m >= a.m) continue;
       float* row = a.out + m * a.out_stride;
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        const int64_t n = n0 + 32 * (warp >> 1) + 8 * ni + 2 * (lane & 3);
-        if (n < a.n) row[n] = acc[mi][ni][2 * half];
-        if (n + 1 < a.n) row[n + 1] = acc[mi][ni][2 * half + 1];
+        const int64_t n = sh.n0 + 32 * (warp >> 1) + 8 * ni + 2 * (lane & 3);
+        if (n < a.n) row[n] = acc[mi][ni][2 * hf];
+        if (n + 1 < a.n) row[n + 1] = acc[mi][ni][2 * hf + 1];
       }
     }
   }
@@ -456,9 +532,10 @@ __global__ void __launch_bounds__(kThreads, 2) mm_tc_kernel(const __grid_constan
 
 template <DType W>
 void register_tc(KernelRegistry& registry) {
+  static_assert(Layout<W>::bytes <= 227 * 1024, "shared memory");
   registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + std::string(dtype_name(W)) + "_f32",
                                                  reinterpret_cast<const void*>(&mm_tc_kernel<W>), kThreads, true,
-                                                 ops::kCudaTcSharedBytes));
+                                                 Layout<W>::bytes));
 }
 
 }  // namespace
