@@ -82,12 +82,25 @@ void GraphSession::sdpa(const TensorView& q, const TensorView& k, const TensorVi
   args.out_stride = element_stride(out, op, "out");
   args.scale = params.scale;
   // CPU: one block per (kv head, token) covering the query heads of the group, so each
-  // K/V row is converted once per group. CUDA: one block per (query head, token).
+  // K/V row is converted once per group. CUDA: one block per (query head, token), or, for
+  // f16 caches with 16-byte aligned rows of 64 or 128 values, the tensor-core kernel: one
+  // block per (64 tokens, query head).
   LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>(on_cpu(backend()) ? params.n_kv_head : params.n_head);
-  dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(tokens, 1));
-  if (!on_cpu(backend())) dims.block.x = kCudaAttentionThreads;
-  const Kernel& kernel = backend().registry().get(kernel_name(op, k.dtype));
+  const bool tensor_cores = !on_cpu(backend()) && k.dtype == DType::f16 && v.dtype == DType::f16 &&
+                            (params.head_dim == 64 || params.head_dim == 128) && args.k_stride % 8 == 0 &&
+                            args.v_stride % 8 == 0 && k.view.address() % 16 == 0 && v.view.address() % 16 == 0;
+  const Kernel& kernel = backend().registry().get(
+      tensor_cores ? cat("sdpa_tc_f16_hd", params.head_dim) : kernel_name(op, k.dtype));
+  if (tensor_cores) {
+    dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, (tokens + ops::kCudaSdpaTcTokens - 1) / ops::kCudaSdpaTcTokens));
+    dims.grid.y = static_cast<uint32_t>(params.n_head);
+    dims.block.x = 128;
+    dims.shared_bytes = kernel.max_shared_bytes;
+  } else {
+    dims.grid.x = static_cast<uint32_t>(on_cpu(backend()) ? params.n_kv_head : params.n_head);
+    dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(tokens, 1));
+    if (!on_cpu(backend())) dims.block.x = kCudaAttentionThreads;
+  }
   Dispatch d(kernel, dims, args, OpKind::attention, op);
   d.read(q).read(k).read(v).read(positions).write(out);
   dispatch(std::move(d));

@@ -209,6 +209,19 @@ ONEPASS_OP_CASES(attention) {
   cases.push_back({"sdpa/f32/8h1kv_hd80/tile_edges", [](OpContext& c) {
     run_sdpa(c, {kHeadConfigs[2], 80, 4, 1100, {1000, 255, 511, 256}, DType::f32});
   }});
+  // The CUDA tensor-core kernel (f16, head_dim 64/128): several 64-token tiles, the last
+  // partial, several 64-key tiles each ending mid-tile, and tokens of one tile whose key
+  // ranges end in different key tiles.
+  cases.push_back({"sdpa/f16/6h2kv_hd64/T150_p100", [](OpContext& c) {
+    std::vector<int32_t> positions(150);
+    for (int32_t t = 0; t < 150; ++t) positions[static_cast<size_t>(t)] = 100 + t;
+    run_sdpa(c, {kHeadConfigs[1], 64, 150, 253, positions, DType::f16});
+  }});
+  cases.push_back({"sdpa/f16/8h1kv_hd128/T70_p0", [](OpContext& c) {
+    std::vector<int32_t> positions(70);
+    for (int32_t t = 0; t < 70; ++t) positions[static_cast<size_t>(t)] = t;
+    run_sdpa(c, {kHeadConfigs[2], 128, 70, 75, positions, DType::f16});
+  }});
   // Positions past the cache clamp to ctx - 1; a negative one sees nothing (zeros);
   // positions need not be sorted.
   cases.push_back({"sdpa/f16/4h4kv_hd64/clamp_and_negative", [](OpContext& c) {

@@ -41,6 +41,10 @@ inline size_t flash_decode_scratch_bytes(int64_t n_head, int64_t ctx, int64_t he
 /// Work: CUDA grid {n_head, tokens} (head fastest), one block per (query head, token),
 /// blockDim a multiple of 32 (128 chosen by the op). CPU grid {n_kv_head, tokens}, one
 /// block per (kv head, token) covering the n_head / n_kv_head query heads of that group.
+/// CUDA, f16 caches with 16-byte aligned rows of 64 or 128 values: kernel
+/// sdpa_tc_f16_hd<head_dim> on tensor cores instead, grid {ceil(tokens / kCudaSdpaTcTokens),
+/// n_head}, one block (128 threads, the kernel's max_shared_bytes) per (64 tokens, query head).
+inline constexpr int64_t kCudaSdpaTcTokens = 64;
 struct SdpaArgs {
   const float* q;
   const void* k;

@@ -15,6 +15,7 @@ void register_cuda_kernels(KernelRegistry& registry) {
   register_kv_cache_cuda_kernels(registry);
   register_argmax_cuda_kernels(registry);
   register_attention_cuda_kernels(registry);
+  register_attention_tc_cuda_kernels(registry);
   register_matmul_cuda_kernels(registry);
   register_matmul_tc_cuda_kernels(registry);
   register_rope_kv_cuda_kernels(registry);

@@ -91,11 +91,14 @@ struct Operand<DType::bf16> {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t dst, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int Pending>
@@ -295,96 +298,150 @@ struct WUnit<DType::q6_k> {
 };
 
 
-// What the block reads, and whether it may copy in 16-byte pieces.
-struct Shape {
-  int64_t m0, n0, steps;
-  bool x_vec, w_vec;
+// What each thread copies, fixed for the whole K walk (addresses of stage 0 / K step 0).
+// Rows past M or N are neither copied nor zeroed: they only feed outputs that are not
+// stored. Values past K are zeroed: they feed every output.
+struct XPlan {
+  const float* src;  // x[m0 + row, col]
+  int64_t stride8;   // floats from row to row + 8
+  uint32_t dst;      // shared address of (row, col) in stage 0
+  uint32_t rows;     // bit j: row + 8 j < M
+  int col;
 };
 
-// Issues the copies of stage q (K step q; for the block formats, raw stage q /
-// steps_per_raw when q starts one). Pieces that are out of range, or not 16-byte (x,
-// dense w) / 4-byte (raw blocks) copyable, are loaded and stored by the thread itself.
-template <DType W>
-__device__ __forceinline__ void issue_stage(const ops::MatmulArgs& a, const Shape& sh, unsigned char* smem, int64_t q) {
-  using L = Layout<W>;
-  const int64_t k0 = q * kBK;
-  float* xs = reinterpret_cast<float*>(smem + L::x_offset + (q % kStages) * kXStage);
-  for (int i = threadIdx.x; i < kBM * (kBK / 4); i += kThreads) {
-    const int r = i / (kBK / 4);
-    const int c = 4 * (i % (kBK / 4));
-    const int64_t m = sh.m0 + r;
-    const int64_t k = k0 + c;
-    float* dst = xs + r * kXPitch + c;
-    const float* src = a.x + m * a.x_stride + k;
-    if (sh.x_vec && m < a.m && k + 4 <= a.k) {
-      cp_async16(dst, src);
-    } else {
+// x: column chunk col .. +3 (floats) of rows row + 8 j, j < 8.
+__device__ __forceinline__ XPlan x_plan(const ops::MatmulArgs& a, int64_t m0, uint32_t base) {
+  XPlan p;
+  const int row = static_cast<int>(threadIdx.x >> 4);
+  p.col = 4 * static_cast<int>(threadIdx.x & 15);
+  p.src = a.x + (m0 + row) * a.x_stride + p.col;
+  p.stride8 = 8 * a.x_stride;
+  p.dst = base + static_cast<uint32_t>((row * kXPitch + p.col) * 4);
+  p.rows = 0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dst[e] = (m < a.m && k + e < a.k) ? src[e] : 0.0f;
+  for (int j = 0; j < 8; ++j) p.rows |= (m0 + row + 8 * j < a.m ? 1u : 0u) << j;
+  return p;
+}
+
+__device__ __forceinline__ void x_issue(const ops::MatmulArgs& a, const XPlan& p, bool vec, int64_t k0, int slot) {
+  const uint32_t dst = p.dst + static_cast<uint32_t>(slot * kXStage);
+  const float* src = p.src + k0;
+  if (vec && k0 + p.col + 4 <= a.k) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if ((p.rows >> j) & 1u) cp_async16(dst + j * 8 * kXPitch * 4, src + j * p.stride8);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (!((p.rows >> j) & 1u)) continue;
+      uint32_t v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = __float_as_uint(k0 + p.col + e < a.k ? src[j * p.stride8 + e] : 0.0f);
+      st_shared_v4(dst + j * 8 * kXPitch * 4, v[0], v[1], v[2], v[3]);
     }
   }
-  const auto* wb = static_cast<const uint8_t*>(a.w);
+}
+
+struct WPlan {
+  const uint8_t* src;  // dense: w[n0 + row, col]; block formats: the start of row t / 2
+  int64_t stride16;    // dense: bytes from row to row + 16
+  uint32_t dst;        // shared address of the thread's first piece in stage 0
+  uint32_t rows;       // dense: bit j: row + 16 j < N; block formats: bit 0: row < N
+  int col;             // dense: first value of the chunk
+};
+
+// Dense weights: chunk col .. +7 (values) of rows row + 16 j, j < 4. Block formats: the
+// raw bytes of row t / 2, pieces t % 2, t % 2 + 2, ...
+template <DType W>
+__device__ __forceinline__ WPlan w_plan(const ops::MatmulArgs& a, int64_t n0, uint32_t base) {
+  using L = Layout<W>;
+  WPlan p;
+  const auto* w = static_cast<const uint8_t*>(a.w);
   if constexpr (kDense<W>) {
-    auto* ws = reinterpret_cast<uint16_t*>(smem + L::raw_offset + (q % kStages) * kBN * L::raw_pitch);
-    for (int i = threadIdx.x; i < kBN * (kBK / 8); i += kThreads) {
-      const int r = i / (kBK / 8);
-      const int c = 8 * (i % (kBK / 8));
-      const int64_t n = sh.n0 + r;
-      const int64_t k = k0 + c;
-      uint16_t* dst = ws + r * kWPitch + c;
-      const auto* src = reinterpret_cast<const uint16_t*>(wb + n * a.w_row_bytes) + k;
-      if (sh.w_vec && n < a.n && k + 8 <= a.k) {
-        cp_async16(dst, src);
-      } else {
+    const int row = static_cast<int>(threadIdx.x >> 3);
+    p.col = 8 * static_cast<int>(threadIdx.x & 7);
+    p.src = w + (n0 + row) * a.w_row_bytes + 2 * p.col;
+    p.stride16 = 16 * a.w_row_bytes;
+    p.dst = base + static_cast<uint32_t>((row * kWPitch + p.col) * 2);
+    p.rows = 0;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dst[e] = (n < a.n && k + e < a.k) ? src[e] : uint16_t{0};
+    for (int j = 0; j < 4; ++j) p.rows |= (n0 + row + 16 * j < a.n ? 1u : 0u) << j;
+  } else {
+    const int row = static_cast<int>(threadIdx.x >> 1);
+    p.col = 0;
+    p.src = w + (n0 + row) * a.w_row_bytes;
+    p.stride16 = 0;
+    p.dst = base + static_cast<uint32_t>(row * L::raw_pitch);
+    p.rows = n0 + row < a.n ? 1u : 0u;
+  }
+  return p;
+}
+
+// Issues the weight copies of K step q into ring slot q % kStages (dense), or, when q
+// starts a raw stage j of a block format, the raw bytes of stage j into slot j % raw_slots
+// (16-byte pieces when rows and stages are 16-byte aligned, else 4-byte words from the
+// word that holds the stage's first byte).
+template <DType W>
+__device__ __forceinline__ void w_issue(const ops::MatmulArgs& a, const WPlan& p, bool vec, int64_t q) {
+  using L = Layout<W>;
+  if constexpr (kDense<W>) {
+    const int64_t k0 = q * kBK;
+    const uint32_t dst = p.dst + static_cast<uint32_t>((q % kStages) * kBN * L::raw_pitch);
+    const auto* src = reinterpret_cast<const uint16_t*>(p.src) + k0;
+    if (vec && k0 + p.col + 8 <= a.k) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if ((p.rows >> j) & 1u) cp_async16(dst + j * 16 * kWPitch * 2, reinterpret_cast<const uint8_t*>(src) + j * p.stride16);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!((p.rows >> j) & 1u)) continue;
+        const auto* r = reinterpret_cast<const uint16_t*>(reinterpret_cast<const uint8_t*>(src) + j * p.stride16);
+        uint32_t v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t lo = k0 + p.col + 2 * e < a.k ? r[2 * e] : 0u;
+          const uint32_t hi = k0 + p.col + 2 * e + 1 < a.k ? r[2 * e + 1] : 0u;
+          v[e] = lo | (hi << 16);
+        }
+        st_shared_v4(dst + j * 16 * kWPitch * 2, v[0], v[1], v[2], v[3]);
       }
     }
-  } else if (q % L::steps_per_raw == 0) {
+  } else {
+    if (q % L::steps_per_raw != 0 || !p.rows) return;
     const int64_t j = q / L::steps_per_raw;
-    unsigned char* slot = smem + L::raw_offset + (j % L::raw_slots) * kBN * L::raw_pitch;
-    const int64_t start = j * L::raw_bytes;
+    const uint32_t dst = p.dst + static_cast<uint32_t>((j % L::raw_slots) * kBN * L::raw_pitch);
+    const int64_t begin = j * L::raw_bytes;
     const int64_t row_data = a.k / L::block_values * L::block_bytes;
-    const int valid = static_cast<int>(row_data - start < L::raw_bytes ? row_data - start : L::raw_bytes);
-    if (sh.w_vec) {  // 16-byte aligned rows and stages
-      constexpr int kPieces = L::raw_bytes / 16;
-      for (int i = threadIdx.x; i < kBN * kPieces; i += kThreads) {
-        const int r = i / kPieces;
-        const int c = 16 * (i % kPieces);
-        const int64_t n = sh.n0 + r;
-        if (n < a.n && c < valid) cp_async16(slot + r * L::raw_pitch + c, wb + n * a.w_row_bytes + start + c);
-      }
-    } else {  // 4-byte words from the word holding the stage's first byte
-      constexpr int kWords = (L::raw_bytes + 3 + 3) / 4;
-      for (int i = threadIdx.x; i < kBN * kWords; i += kThreads) {
-        const int r = i / kWords;
-        const int c = 4 * (i % kWords);
-        const int64_t n = sh.n0 + r;
-        if (n >= a.n) continue;
-        const uint8_t* first = wb + n * a.w_row_bytes + start;
-        const auto misalign = static_cast<int>(reinterpret_cast<uintptr_t>(first) & 3);
-        if (c < misalign + valid) cp_async4(slot + r * L::raw_pitch + c, first - misalign + c);
-      }
+    const int valid = static_cast<int>(row_data - begin < L::raw_bytes ? row_data - begin : L::raw_bytes);
+    const uint8_t* first = p.src + begin;
+    const int par = static_cast<int>(threadIdx.x & 1);
+    if (vec) {
+      for (int c = 16 * par; c < valid; c += 32) cp_async16(dst + c, first + c);
+    } else {
+      const int misalign = static_cast<int>(reinterpret_cast<uintptr_t>(first) & 3);
+      for (int c = 4 * par; c < misalign + valid; c += 8) cp_async4(dst + c, first - misalign + c);
     }
   }
 }
 
 // Dequantizes this thread's unit of K step q into operand tile q % 2: row threadIdx / 2,
-// values 32 (threadIdx % 2) .. +31 of the step.
+// values 32 (threadIdx % 2) .. +31 of the step (zeros past K).
 template <DType W>
-__device__ __forceinline__ void dequant_step(const ops::MatmulArgs& a, const Shape& sh, unsigned char* smem, int64_t q) {
+__device__ __forceinline__ void dequant_step(const ops::MatmulArgs& a, const WPlan& p, bool vec,
+                                             unsigned char* smem, int64_t q) {
   using L = Layout<W>;
   const int r = static_cast<int>(threadIdx.x >> 1);
   const int half = static_cast<int>(threadIdx.x & 1);
-  const int64_t n = sh.n0 + r;
   const int64_t k = q * kBK + 32 * half;
   uint32_t h[16];
-  if (n < a.n && k < a.k) {
+  if (!p.rows) return;  // a row past N: its tile row feeds no stored output
+  if (k < a.k) {
     const int64_t j = q / L::steps_per_raw;
     const unsigned char* row = smem + L::raw_offset + (j % L::raw_slots) * kBN * L::raw_pitch + r * L::raw_pitch;
-    if (!sh.w_vec) {
-      row += reinterpret_cast<uintptr_t>(static_cast<const uint8_t*>(a.w) + n * a.w_row_bytes + j * L::raw_bytes) & 3;
-    }
+    if (!vec) row += reinterpret_cast<uintptr_t>(p.src + j * L::raw_bytes) & 3;
     // Unit u of the stage's block: the 32-value formats' stage holds two blocks.
     int u = 0;
     if constexpr (L::steps_per_raw == 1) {
@@ -476,38 +533,47 @@ __global__ void __launch_bounds__(kThreads) mm_tc_kernel(const __grid_constant__
   using L = Layout<W>;
   using T = typename Operand<W>::T;
   extern __shared__ __align__(16) unsigned char smem[];
-  Shape sh;
-  sh.m0 = int64_t{blockIdx.x} * kBM;
-  sh.n0 = int64_t{blockIdx.y} * kBN;
-  sh.steps = (a.k + kBK - 1) / kBK;
-  sh.x_vec = a.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  sh.w_vec = a.w_row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && L::raw_bytes % 16 == 0;
+  const int64_t m0 = int64_t{blockIdx.x} * kBM;
+  const int64_t n0 = int64_t{blockIdx.y} * kBN;
+  const int64_t steps = (a.k + kBK - 1) / kBK;
+  const bool x_vec = a.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const bool w_vec = a.w_row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && L::raw_bytes % 16 == 0;
+  const uint32_t base = smem_addr(smem);
+  const XPlan xp = x_plan(a, m0, base + L::x_offset);
+  const WPlan wp = w_plan<W>(a, n0, base + L::raw_offset);
   float acc[2][4][4] = {};
   pdl_wait();
   // Stages 0 .. kStages - 2 in flight; stage 0's weights dequantized.
 #pragma unroll
   for (int q = 0; q < kStages - 1; ++q) {
-    if (q < sh.steps) issue_stage<W>(a, sh, smem, q);
+    if (q < steps) {
+      x_issue(a, xp, x_vec, q * kBK, q);
+      w_issue<W>(a, wp, w_vec, q);
+    }
     cp_async_commit();
   }
   if constexpr (!kDense<W>) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    dequant_step<W>(a, sh, smem, 0);
+    dequant_step<W>(a, wp, w_vec, smem, 0);
   }
-  for (int64_t s = 0; s < sh.steps; ++s) {
+  for (int64_t s = 0; s < steps; ++s) {
     // Stage s + 1 has landed (this thread's copies; the barrier makes everyone's
     // visible), every warp is done with step s - 1 and step s's operand tile is complete.
     cp_async_wait<kStages - 3>();
     __syncthreads();
-    if (s + kStages - 1 < sh.steps) issue_stage<W>(a, sh, smem, s + kStages - 1);
+    const int64_t next = s + kStages - 1;
+    if (next < steps) {
+      x_issue(a, xp, x_vec, next * kBK, static_cast<int>(next % kStages));
+      w_issue<W>(a, wp, w_vec, next);
+    }
     cp_async_commit();
     const float* xs = reinterpret_cast<const float*>(smem + L::x_offset + (s % kStages) * kXStage);
     const T* ws = kDense<W> ? reinterpret_cast<const T*>(smem + L::raw_offset + (s % kStages) * kBN * L::raw_pitch)
                             : reinterpret_cast<const T*>(smem + L::tile_offset + (s & 1) * kWTile);
     multiply_step<W>(xs, ws, acc);
     if constexpr (!kDense<W>) {
-      if (s + 1 < sh.steps) dequant_step<W>(a, sh, smem, s + 1);
+      if (s + 1 < steps) dequant_step<W>(a, wp, w_vec, smem, s + 1);
     }
   }
   cp_async_wait<0>();
@@ -517,12 +583,12 @@ __global__ void __launch_bounds__(kThreads) mm_tc_kernel(const __grid_constant__
   for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int64_t m = sh.m0 + 32 * (warp & 1) + 16 * mi + (lane >> 2) + 8 * hf;
+      const int64_t m = m0 + 32 * (warp & 1) + 16 * mi + (lane >> 2) + 8 * hf;
       if (m >= a.m) continue;
       float* row = a.out + m * a.out_stride;
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        const int64_t n = sh.n0 + 32 * (warp >> 1) + 8 * ni + 2 * (lane & 3);
+        const int64_t n = n0 + 32 * (warp >> 1) + 8 * ni + 2 * (lane & 3);
         if (n < a.n) row[n] = acc[mi][ni][2 * hf];
         if (n + 1 < a.n) row[n + 1] = acc[mi][ni][2 * hf + 1];
       }
