@@ -117,6 +117,19 @@ __device__ __forceinline__ uint32_t pack_half(float lo, float hi) { return Opera
 template <DType W>
 struct WUnit;
 
+// The 32-value formats decode in f16 pairs: a 4- or 8-bit code c goes into the low
+// mantissa bits of 1024 (0x6400), giving the f16 value 1024 + c exactly; subtracting the
+// code's offset is exact too, so the one rounding is that of the final product (or fused
+// multiply-add), as when the value is computed in f32 and rounded to f16.
+__device__ __forceinline__ __half2 code_pair(uint32_t bytes, uint32_t selector) {
+  const uint32_t bits = __byte_perm(bytes, 0x64u, selector);
+  return *reinterpret_cast<const __half2*>(&bits);
+}
+constexpr uint32_t kPairLow = 0x4140;   // bytes 0, 1 of a word, each under 0x64
+constexpr uint32_t kPairHigh = 0x4342;  // bytes 2, 3
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
 template <>
 struct WUnit<DType::q4_0> {
   struct Raw {
@@ -127,15 +140,18 @@ struct WUnit<DType::q4_0> {
     r.d = quantdot::ld_u16(b);
     quantdot::ld_words_2(b + 2, r.q);
   }
+  // Byte j holds values j (low nibble) and j + 16 (high nibble): w = d (q - 8).
   __device__ __forceinline__ static void decode(const Raw& r, int, uint32_t (&h)[16]) {
-    const float d = quantdot::half_bits_to_float(static_cast<uint16_t>(r.d));
+    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.d)));
+    const __half2 offset = __float2half2_rn(1032.0f);
 #pragma unroll
-    for (int p = 0; p < 16; ++p) {
-      const int byte = 2 * (p & 7);
-      const int shift = p < 8 ? 0 : 4;
-      const float lo = static_cast<float>(static_cast<int>((byte_of(r.q, byte) >> shift) & 0xF) - 8);
-      const float hi = static_cast<float>(static_cast<int>((byte_of(r.q, byte + 1) >> shift) & 0xF) - 8);
-      h[p] = pack_half(d * lo, d * hi);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = r.q[i] & 0x0F0F0F0Fu;
+      const uint32_t hi = (r.q[i] >> 4) & 0x0F0F0F0Fu;
+      h[2 * i] = h2_bits(__hmul2(__hsub2(code_pair(lo, kPairLow), offset), d));
+      h[2 * i + 1] = h2_bits(__hmul2(__hsub2(code_pair(lo, kPairHigh), offset), d));
+      h[8 + 2 * i] = h2_bits(__hmul2(__hsub2(code_pair(hi, kPairLow), offset), d));
+      h[8 + 2 * i + 1] = h2_bits(__hmul2(__hsub2(code_pair(hi, kPairHigh), offset), d));
     }
   }
 };
@@ -150,16 +166,19 @@ struct WUnit<DType::q4_1> {
     r.dm = quantdot::ld_u32_2(b);
     quantdot::ld_words_2(b + 4, r.q);
   }
+  // w = d q + m, one fused multiply-add in f16.
   __device__ __forceinline__ static void decode(const Raw& r, int, uint32_t (&h)[16]) {
-    const float d = quantdot::half_bits_to_float(static_cast<uint16_t>(r.dm & 0xFFFFu));
-    const float m = quantdot::half_bits_to_float(static_cast<uint16_t>(r.dm >> 16));
+    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.dm & 0xFFFFu)));
+    const __half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.dm >> 16)));
+    const __half2 offset = __float2half2_rn(1024.0f);
 #pragma unroll
-    for (int p = 0; p < 16; ++p) {
-      const int byte = 2 * (p & 7);
-      const int shift = p < 8 ? 0 : 4;
-      const float lo = static_cast<float>((byte_of(r.q, byte) >> shift) & 0xF);
-      const float hi = static_cast<float>((byte_of(r.q, byte + 1) >> shift) & 0xF);
-      h[p] = pack_half(d * lo + m, d * hi + m);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = r.q[i] & 0x0F0F0F0Fu;
+      const uint32_t hi = (r.q[i] >> 4) & 0x0F0F0F0Fu;
+      h[2 * i] = h2_bits(__hfma2(__hsub2(code_pair(lo, kPairLow), offset), d, m));
+      h[2 * i + 1] = h2_bits(__hfma2(__hsub2(code_pair(lo, kPairHigh), offset), d, m));
+      h[8 + 2 * i] = h2_bits(__hfma2(__hsub2(code_pair(hi, kPairLow), offset), d, m));
+      h[8 + 2 * i + 1] = h2_bits(__hfma2(__hsub2(code_pair(hi, kPairHigh), offset), d, m));
     }
   }
 };
@@ -174,13 +193,15 @@ struct WUnit<DType::q8_0> {
     r.d = quantdot::ld_u16(b);
     quantdot::ld_words_2(b + 2, r.q);
   }
+  // int8 q as the code q + 128: w = d (1024 + (q + 128) - 1152).
   __device__ __forceinline__ static void decode(const Raw& r, int, uint32_t (&h)[16]) {
-    const float d = quantdot::half_bits_to_float(static_cast<uint16_t>(r.d));
+    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.d)));
+    const __half2 offset = __float2half2_rn(1152.0f);
 #pragma unroll
-    for (int p = 0; p < 16; ++p) {
-      const float lo = static_cast<float>(static_cast<int8_t>(byte_of(r.q, 2 * p)));
-      const float hi = static_cast<float>(static_cast<int8_t>(byte_of(r.q, 2 * p + 1)));
-      h[p] = pack_half(d * lo, d * hi);
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t codes = r.q[i] ^ 0x80808080u;
+      h[2 * i] = h2_bits(__hmul2(__hsub2(code_pair(codes, kPairLow), offset), d));
+      h[2 * i + 1] = h2_bits(__hmul2(__hsub2(code_pair(codes, kPairHigh), offset), d));
     }
   }
 };
