@@ -8,7 +8,7 @@
 //          warps load their fragments;
 //   w      f16/bf16 weights: the rows of the step, used as they are;
 //          block formats: the raw bytes of the rows' blocks (one step of 64 values for
-//          the 32-value formats, one 256-value super-block for the k-quants, 4 steps),
+//          q8_0, 256 values = 4 steps for the others),
 //          which the threads dequantize to f16, one 32-value unit each, into one of two
 //          operand tiles a step ahead of the products.
 // One barrier per step. Warps take 32 x 32 sub-tiles: ldmatrix / shared loads for the
@@ -56,9 +56,11 @@ struct Layout {
       return quantdot::Format<W>::kBlockBytes;
     }
   }();
-  // Raw weight bytes per row that one cp.async stage brings: one K step, or one
-  // super-block (4 steps) for the k-quants.
-  static constexpr int raw_values = block_values > kBK ? block_values : kBK;
+  // Raw weight bytes per row that one cp.async stage brings: one K step, or 256 values
+  // (4 steps) for the k-quants (one super-block) and for q4_0/q4_1, whose 8 blocks are
+  // then 144/160 bytes, so that 16-byte aligned rows copy in 16-byte pieces (q8_0's 272
+  // bytes would cost a block per SM).
+  static constexpr int raw_values = block_values > kBK || W == DType::q4_0 || W == DType::q4_1 ? 256 : kBK;
   static constexpr int steps_per_raw = raw_values / kBK;
   static constexpr int raw_bytes = raw_values / block_values * block_bytes;
   static constexpr int raw_pitch = kDense<W> ? kWPitch * 2 : (raw_bytes + 4 + 15) / 16 * 16;
@@ -463,12 +465,11 @@ __device__ __forceinline__ void dequant_step(const ops::MatmulArgs& a, const WPl
     const int64_t j = q / L::steps_per_raw;
     const unsigned char* row = smem + L::raw_offset + (j % L::raw_slots) * kBN * L::raw_pitch + r * L::raw_pitch;
     if (!vec) row += reinterpret_cast<uintptr_t>(p.src + j * L::raw_bytes) & 3;
-    // Unit u of the stage's block: the 32-value formats' stage holds two blocks.
-    int u = 0;
-    if constexpr (L::steps_per_raw == 1) {
-      row += half * L::block_bytes;
-    } else {
-      u = static_cast<int>(q % L::steps_per_raw) * 2 + half;
+    // The unit's 32 values: unit u of the stage; for the 32-value formats that is block u.
+    int u = static_cast<int>(q % L::steps_per_raw) * 2 + half;
+    if constexpr (L::block_values == 32) {
+      row += u * L::block_bytes;
+      u = 0;
     }
     typename WUnit<W>::Raw raw;
     WUnit<W>::load(row, u, raw);
