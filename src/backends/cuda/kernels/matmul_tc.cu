@@ -132,6 +132,21 @@ constexpr uint32_t kPairHigh = 0x4342;  // bytes 2, 3
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 
+// The 16 pairs of a 4-bit unit whose byte j holds values j (low nibble) and j + 16 (high
+// nibble), as codes 1024 + q mapped to weights by `to_weight`.
+template <typename ToWeight>
+__device__ __forceinline__ void nibble_unit(const uint32_t (&q)[4], ToWeight to_weight, uint32_t (&h)[16]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = q[i] & 0x0F0F0F0Fu;
+    const uint32_t hi = (q[i] >> 4) & 0x0F0F0F0Fu;
+    h[2 * i] = h2_bits(to_weight(code_pair(lo, kPairLow)));
+    h[2 * i + 1] = h2_bits(to_weight(code_pair(lo, kPairHigh)));
+    h[8 + 2 * i] = h2_bits(to_weight(code_pair(hi, kPairLow)));
+    h[8 + 2 * i + 1] = h2_bits(to_weight(code_pair(hi, kPairHigh)));
+  }
+}
+
 template <>
 struct WUnit<DType::q4_0> {
   struct Raw {
@@ -142,19 +157,11 @@ struct WUnit<DType::q4_0> {
     r.d = quantdot::ld_u16(b);
     quantdot::ld_words_2(b + 2, r.q);
   }
-  // Byte j holds values j (low nibble) and j + 16 (high nibble): w = d (q - 8).
+  // w = d (q - 8).
   __device__ __forceinline__ static void decode(const Raw& r, int, uint32_t (&h)[16]) {
     const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.d)));
     const __half2 offset = __float2half2_rn(1032.0f);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = r.q[i] & 0x0F0F0F0Fu;
-      const uint32_t hi = (r.q[i] >> 4) & 0x0F0F0F0Fu;
-      h[2 * i] = h2_bits(__hmul2(__hsub2(code_pair(lo, kPairLow), offset), d));
-      h[2 * i + 1] = h2_bits(__hmul2(__hsub2(code_pair(lo, kPairHigh), offset), d));
-      h[8 + 2 * i] = h2_bits(__hmul2(__hsub2(code_pair(hi, kPairLow), offset), d));
-      h[8 + 2 * i + 1] = h2_bits(__hmul2(__hsub2(code_pair(hi, kPairHigh), offset), d));
-    }
+    nibble_unit(r.q, [&](__half2 code) { return __hmul2(__hsub2(code, offset), d); }, h);
   }
 };
 
@@ -173,15 +180,7 @@ struct WUnit<DType::q4_1> {
     const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.dm & 0xFFFFu)));
     const __half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.dm >> 16)));
     const __half2 offset = __float2half2_rn(1024.0f);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = r.q[i] & 0x0F0F0F0Fu;
-      const uint32_t hi = (r.q[i] >> 4) & 0x0F0F0F0Fu;
-      h[2 * i] = h2_bits(__hfma2(__hsub2(code_pair(lo, kPairLow), offset), d, m));
-      h[2 * i + 1] = h2_bits(__hfma2(__hsub2(code_pair(lo, kPairHigh), offset), d, m));
-      h[8 + 2 * i] = h2_bits(__hfma2(__hsub2(code_pair(hi, kPairLow), offset), d, m));
-      h[8 + 2 * i + 1] = h2_bits(__hfma2(__hsub2(code_pair(hi, kPairHigh), offset), d, m));
-    }
+    nibble_unit(r.q, [&](__half2 code) { return __hfma2(__hsub2(code, offset), d, m); }, h);
   }
 };
 

@@ -130,6 +130,18 @@ ONEPASS_HD void kquant_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
   }
 }
 
+/// Σ q · xq over a 32-value unit of nibbles whose byte j holds values j (low) and j + 16
+/// (high), as q4_0 and q4_1 store them.
+ONEPASS_HD int nibble_dot(const uint32_t (&w)[4], const XGroup& x) {
+  int sum = 0;
+ONEPASS_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    sum = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], sum);
+    sum = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], sum);
+  }
+  return sum;
+}
+
 template <DType W>
 struct Format;
 
@@ -142,13 +154,7 @@ struct Format<DType::q4_0> {
     const float d = half_bits_to_float(ld_u16(b));
     uint32_t w[4];
     ld_words_2(b + 2, w);
-    int sum = 0;
-ONEPASS_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      sum = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], sum);
-      sum = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], sum);
-    }
-    return d * (x.d * static_cast<float>(sum) - 8.0f * (x.sum_lo + x.sum_hi));
+    return d * (x.d * static_cast<float>(nibble_dot(w, x)) - 8.0f * (x.sum_lo + x.sum_hi));
   }
   ONEPASS_HD static void dequant(const uint8_t* b, int, float* out) {
     const float d = half_bits_to_float(ld_u16(b));
@@ -170,13 +176,7 @@ struct Format<DType::q4_1> {
     const float m = half_bits_to_float(ld_u16(b + 2));
     uint32_t w[4];
     ld_words_2(b + 4, w);
-    int sum = 0;
-ONEPASS_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      sum = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], sum);
-      sum = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], sum);
-    }
-    return d * x.d * static_cast<float>(sum) + m * (x.sum_lo + x.sum_hi);
+    return d * x.d * static_cast<float>(nibble_dot(w, x)) + m * (x.sum_lo + x.sum_hi);
   }
   ONEPASS_HD static void dequant(const uint8_t* b, int, float* out) {
     const float d = half_bits_to_float(ld_u16(b));
