@@ -211,6 +211,11 @@ TEST_F(CliTest, MakeModelThenGenerate) {
   const ToolRun again = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "6",
                              "--seed", "4", "--backend", "cpu"});
   EXPECT_EQ(again.out, r.out);
+  // A prompt prefilled in chunks of 2 tokens (several recorded graphs) continues the same way.
+  const ToolRun chunked = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "6",
+                               "--seed", "4", "--backend", "cpu", "--batch", "2"});
+  ASSERT_EQ(chunked.status, 0) << chunked.err;
+  EXPECT_EQ(chunked.out, r.out);
 
   // The dry run plans the same file size that was written.
   const ToolRun plan =
@@ -273,6 +278,9 @@ TEST_F(CliTest, BadInputIsOneErrorLine) {
   expect_one_error_line(run({"make-model", "llama-1b", "--type", "q3_k", "--dry-run"}),
                         "unknown type");
   expect_one_error_line(run({"generate", "-m", tiny.string(), "--top-p", "1.5"}), "bad top-p");
+  expect_one_error_line(run({"generate", "-m", tiny.string(), "--batch", "0"}), "generate --batch 0");
+  expect_one_error_line(run({"bench", "-m", tiny.string(), "--backend", "cpu", "--batch", "0"}),
+                        "bench --batch 0");
   EXPECT_FALSE(fs::exists(dir_ / "x.gguf"));
   EXPECT_FALSE(fs::exists(dir_ / "y.gguf"));
 }
