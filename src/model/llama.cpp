@@ -410,14 +410,37 @@ std::span<const float> LlamaModel::prefill(std::span<const int32_t> tokens) {
   while (done < tokens.size()) {
     const size_t n = std::min<size_t>(static_cast<size_t>(buffers_->max_batch), tokens.size() - done);
     set_step(tokens.subspan(done, n));
-    GraphSession s = executor_.begin_recorded();
-    emit_forward(s, static_cast<int64_t>(n), false);
-    s.finish_dataflow();
+    if (options_.replay) {
+      // Positions and token ids come from the step buffer, so a chunk length's graph is
+      // recorded once and replayed for every later chunk of that length (recording,
+      // the passes and graph building cost ~1-2 ms per chunk on the host).
+      prefill_graph(static_cast<int64_t>(n)).run();
+    } else {
+      GraphSession s = executor_.begin_recorded();
+      emit_forward(s, static_cast<int64_t>(n), false);
+      s.finish_dataflow();
+    }
     position_ += static_cast<int64_t>(n);
     done += n;
   }
   buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
   return logits_;
+}
+
+CapturedGraph& LlamaModel::prefill_graph(int64_t n) {
+  auto found = std::find_if(prefill_graphs_.begin(), prefill_graphs_.end(),
+                            [n](const PrefillGraph& g) { return g.tokens == n; });
+  if (found == prefill_graphs_.end()) {
+    // Few lengths recur (full chunks and a prompt's tail): keep the most recent ones.
+    if (prefill_graphs_.size() == kPrefillGraphs) prefill_graphs_.erase(prefill_graphs_.begin());
+    GraphSession s = executor_.begin_recorded();
+    emit_forward(s, n, false);
+    prefill_graphs_.push_back({n, std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture)});
+    return *prefill_graphs_.back().graph;
+  }
+  // Most recently used last.
+  std::rotate(found, found + 1, prefill_graphs_.end());
+  return *prefill_graphs_.back().graph;
 }
 
 void LlamaModel::run_decode(int32_t token) {

@@ -260,6 +260,38 @@ TEST(Llama, ReplayedDecodeEqualsReencodedDecodeBitForBit) {
   EXPECT_GT(c.decode_dispatches(), 10u);
 }
 
+TEST(Llama, ReplayedPrefillChunksEqualReencodedChunksBitForBit) {
+  const uint64_t seed = testing::fresh_seed();
+  auto src = make_random_source(tiny(), DType::q8_0, seed);
+  auto backend = testing::cpu_backend();
+  LoadOptions replay{.context = 40, .max_batch = 3};
+  LoadOptions direct = replay;
+  direct.replay = false;
+  LlamaModel c(backend, *src, replay), d(backend, *src, direct);
+  const auto tokens = some_tokens(30, seed, 97);
+  // Chunks of 3, 3, 3, 2 tokens, then 3, 1 after a reset: each length's graph is
+  // recorded once, then replayed at other positions with other tokens.
+  const std::span<const int32_t> prompts[] = {std::span(tokens).first(11), std::span(tokens).subspan(11, 4),
+                                              std::span(tokens).subspan(15, 1)};
+  for (int round = 0; round < 3; ++round) {
+    if (round == 1) {
+      c.reset();
+      d.reset();
+    }
+    const auto lc = c.prefill(prompts[round]);
+    const std::vector<float> copy(lc.begin(), lc.end());
+    const auto ld = d.prefill(prompts[round]);
+    ASSERT_EQ(std::memcmp(copy.data(), ld.data(), copy.size() * 4), 0) << "prompt " << round;
+    ASSERT_EQ(c.position(), d.position());
+  }
+  EXPECT_EQ(c.prefill_graphs(), 3u);  // lengths 3, 2 and 1
+  EXPECT_EQ(d.prefill_graphs(), 0u);
+  // The decode after replayed prefills reads the cache they wrote.
+  const auto lc = c.decode(tokens[20]);
+  const std::vector<float> copy(lc.begin(), lc.end());
+  ASSERT_EQ(std::memcmp(copy.data(), d.decode(tokens[20]).data(), copy.size() * 4), 0);
+}
+
 TEST(Llama, FusedOpsMatchTheUnfusedSequence) {
   const uint64_t seed = testing::fresh_seed();
   auto src = make_random_source(tiny(true, true), DType::f16, seed);

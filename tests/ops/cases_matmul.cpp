@@ -199,6 +199,13 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 2, 33, k, 0, true);   // mv
       add_case(cases, t, 19, 33, k, 0, true);  // mm
     }
+    // Longer rows: 5 of the CUDA matrix-vector kernels' chunks (32 units or 128 dense
+    // words), the last one partial.
+    const int64_t k_split = dtype_block_elems(t) == 256 ? 256 * 17
+                            : dtype_is_quantized(t)      ? 32 * 133
+                                                         : 16 / static_cast<int64_t>(dtype_size(t)) * 131;
+    add_case(cases, t, 1, 333, k_split, 0, false);
+    add_case(cases, t, 3, 7, k_split, 0, false);
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.
     add_case(cases, t, 150, 260, 768, 0, false);

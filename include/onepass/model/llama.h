@@ -23,7 +23,8 @@ struct LoadOptions {
   int64_t context = 4096;     // KV-cache capacity in tokens
   int64_t max_batch = 512;    // prompt tokens per prefill chunk (one graph each)
   DType kv_type = DType::f16;
-  /// Decode by replaying a recorded step (CapturedGraph) instead of re-encoding it.
+  /// Decode steps and prefill chunks replay a recorded graph (CapturedGraph, one per
+  /// chunk length) instead of re-encoding it.
   bool replay = true;
   /// Emit composite ops where the op library has them (RoPE + KV-cache writes in one
   /// dispatch). Off: the unfused sequence, kept as the reference.
@@ -85,6 +86,8 @@ class LlamaModel {
   size_t kv_bytes_read(int64_t kv_length) const;
   /// The replayed decode step (nullptr until the first decode, or with replay off).
   const CapturedGraph* decode_graph() const { return decode_graph_.get(); }
+  /// Prefill chunk lengths with a recorded graph kept for replay (at most 4).
+  size_t prefill_graphs() const { return prefill_graphs_.size(); }
   /// Host time of the last decode step from writing its inputs to the launch returning.
   uint64_t last_step_host_ns() const { return last_step_host_ns_; }
   /// Dispatches of one decode step (after fusion).
@@ -111,6 +114,14 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<CapturedGraph> decode_graph_;
+  /// Recorded prefill chunks by token count, most recently used last (with replay on).
+  struct PrefillGraph {
+    int64_t tokens;
+    std::unique_ptr<CapturedGraph> graph;
+  };
+  static constexpr size_t kPrefillGraphs = 4;
+  std::vector<PrefillGraph> prefill_graphs_;
+  CapturedGraph& prefill_graph(int64_t n);
   std::vector<float> logits_;
   int64_t position_ = 0;
   size_t weight_bytes_ = 0;
