@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common.cuh"
+#include "ptx.cuh"
 #include "onepass/ops/attention.h"
 #include "registration.h"
 
@@ -79,17 +80,10 @@ struct CacheVec {
 
 // Asynchronous 16-byte global -> shared copies (sm_80+), in per-thread commit groups.
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+  ptx::cp_async16(ptx::smem_addr(shared), global);
 }
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most kPending of this thread's newest groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
 
 // One warp's online softmax over its keys, streamed through a ring of kStages shared
 // memory stages filled by cp.async, so that about 8 KB of K and V per warp are in flight
@@ -313,7 +307,7 @@ __device__ __forceinline__ void attend_warps(const float* q_row, const typename 
       w.issue(sh.ring_k(warp, t), sh.ring_v(warp, t), k + ahead.first * k_stride,
               v + ahead.first * v_stride, count_of(ahead.first), lane);
     }
-    copy_async_commit();
+    cp_async_commit();
     ahead.advance(w.stage_keys, warps);
   }
   StageCursor stage{begin + int64_t{warp} * kWarpKeys, 0};
@@ -325,9 +319,9 @@ __device__ __forceinline__ void attend_warps(const float* q_row, const typename 
       w.issue(sh.ring_k(warp, slot), sh.ring_v(warp, slot), k + ahead.first * k_stride,
               v + ahead.first * v_stride, count_of(ahead.first), lane);
     }
-    copy_async_commit();
+    cp_async_commit();
     ahead.advance(w.stage_keys, warps);
-    copy_async_wait<kStages - 1>();
+    cp_async_wait<kStages - 1>();
     __syncwarp();  // every lane's copies of stage t are visible to the warp
     const int count = count_of(stage.first);
     if (count == w.stage_keys) {
@@ -340,7 +334,7 @@ __device__ __forceinline__ void attend_warps(const float* q_row, const typename 
     __syncwarp();  // every lane is done with the slot before it is refilled
     stage.advance(w.stage_keys, warps);
   }
-  copy_async_wait<0>();  // nothing is in flight past the last stage; kept for safety
+  cp_async_wait<0>();  // nothing is in flight past the last stage; kept for safety
   w.reduce_groups();
   // The ring is done with (last __syncwarp above): the region now takes the state.
   if (w.group == 0 && w.active) {

@@ -14,6 +14,7 @@
 // are scaled by scale · log2(e) up front and exponentiated with exp2.
 #include "common.cuh"
 #include "onepass/ops/attention.h"
+#include "ptx.cuh"
 #include "registration.h"
 
 namespace onepass::cuda {
@@ -31,11 +32,6 @@ struct TcShape {
   static constexpr uint32_t shared = 2 * 2 * tile * 2;      // two buffers of K and V
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void copy16_async(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
 
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
@@ -48,25 +44,6 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
   const float2 back = __half22float2(h);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = pack_h2(a - back.x, b - back.y);
-}
-
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 // Last key (exclusive) token t may see: min(position, ctx - 1) + 1, 0 for a negative
@@ -89,11 +66,11 @@ __device__ __forceinline__ void load_kv_tile(const __half* k, const __half* v, c
     const uint32_t off = static_cast<uint32_t>((r * TcShape<D>::pitch + c) * 2);
     const int64_t key = key0 + r;
     if (key < end) {
-      copy16_async(kbase + off, k + key * a.k_stride + c);
-      copy16_async(vbase + off, v + key * a.v_stride + c);
+      ptx::cp_async16(kbase + off, k + key * a.k_stride + c);
+      ptx::cp_async16(vbase + off, v + key * a.v_stride + c);
     } else {
-      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(kbase + off), "r"(0) : "memory");
-      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(vbase + off), "r"(0) : "memory");
+      ptx::st_shared_v4(kbase + off, 0, 0, 0, 0);
+      ptx::st_shared_v4(vbase + off, 0, 0, 0, 0);
     }
   }
 }
@@ -103,7 +80,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreadsTc) sdpa_tc_kernel(const __grid_constant__ ops::SdpaArgs a) {
   using Sh = TcShape<D>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t base = smem_u32(smem);
+  const uint32_t base = ptx::smem_addr(smem);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2;
@@ -169,15 +146,15 @@ __global__ void __launch_bounds__(kThreadsTc) sdpa_tc_kernel(const __grid_consta
 
   const int64_t tiles = (end + kKeys - 1) / kKeys;
   if (tiles > 0) load_kv_tile<D>(k, v, a, 0, end, base, base + Sh::tile * 2);
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  ptx::cp_async_commit();
   for (int64_t tile = 0; tile < tiles; ++tile) {
     const int buf = static_cast<int>(tile & 1);
     if (tile + 1 < tiles) {
       const uint32_t nb = base + static_cast<uint32_t>((buf ^ 1) * 2 * Sh::tile * 2);
       load_kv_tile<D>(k, v, a, (tile + 1) * kKeys, end, nb, nb + Sh::tile * 2);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();
     __syncthreads();
     const int64_t key0 = tile * kKeys;
     if (key0 < warp_end) {
@@ -192,11 +169,11 @@ __global__ void __launch_bounds__(kThreadsTc) sdpa_tc_kernel(const __grid_consta
           uint32_t b[4];
           const int key = 16 * nj + (lane & 7) + 8 * (lane >> 4);
           const int dim = 16 * c + 8 * ((lane >> 3) & 1);
-          ldsm_x4(b, kb + static_cast<uint32_t>((key * Sh::pitch + dim) * 2));
-          mma16816(s[2 * nj], qh[c], b[0], b[1]);
-          mma16816(s[2 * nj], ql[c], b[0], b[1]);
-          mma16816(s[2 * nj + 1], qh[c], b[2], b[3]);
-          mma16816(s[2 * nj + 1], ql[c], b[2], b[3]);
+          ptx::ldmatrix_x4(b, kb + static_cast<uint32_t>((key * Sh::pitch + dim) * 2));
+          ptx::mma_f16(s[2 * nj], qh[c], b[0], b[1]);
+          ptx::mma_f16(s[2 * nj], ql[c], b[0], b[1]);
+          ptx::mma_f16(s[2 * nj + 1], qh[c], b[2], b[3]);
+          ptx::mma_f16(s[2 * nj + 1], ql[c], b[2], b[3]);
         }
       }
       // Mask and online softmax.
@@ -257,17 +234,17 @@ __global__ void __launch_bounds__(kThreadsTc) sdpa_tc_kernel(const __grid_consta
           uint32_t b[4];
           const int key = 16 * c + (lane & 7) + 8 * ((lane >> 3) & 1);
           const int dim = 16 * dn + 8 * (lane >> 4);
-          ldsm_x4_trans(b, vb + static_cast<uint32_t>((key * Sh::pitch + dim) * 2));
-          mma16816(o[2 * dn], ph, b[0], b[1]);
-          mma16816(o[2 * dn], pl, b[0], b[1]);
-          mma16816(o[2 * dn + 1], ph, b[2], b[3]);
-          mma16816(o[2 * dn + 1], pl, b[2], b[3]);
+          ptx::ldmatrix_x4_trans(b, vb + static_cast<uint32_t>((key * Sh::pitch + dim) * 2));
+          ptx::mma_f16(o[2 * dn], ph, b[0], b[1]);
+          ptx::mma_f16(o[2 * dn], pl, b[0], b[1]);
+          ptx::mma_f16(o[2 * dn + 1], ph, b[2], b[3]);
+          ptx::mma_f16(o[2 * dn + 1], pl, b[2], b[3]);
         }
       }
     }
     __syncthreads();  // buffer `buf` is refilled by the next iteration but one
   }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  ptx::cp_async_wait<0>();
 #pragma unroll
   for (int off = 1; off <= 2; off <<= 1) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, off);

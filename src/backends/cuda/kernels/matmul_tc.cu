@@ -23,6 +23,7 @@
 
 #include "common.cuh"
 #include "onepass/ops/matmul.h"
+#include "ptx.cuh"
 #include "quant_dot.cuh"
 #include "registration.h"
 
@@ -89,24 +90,12 @@ struct Operand<DType::bf16> {
   }
 };
 
-// ---- cp.async ------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void st_shared_v4(uint32_t dst, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
-}
+using ptx::cp_async16;
+using ptx::cp_async4;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::smem_addr;
+using ptx::st_shared_v4;
 
 // ---- w: dequantization of one 32-value unit (from the raw bytes in shared memory) ----------
 // WUnit<W>::load(b, u, raw) loads the words of unit u of the block at b;
@@ -484,30 +473,16 @@ __device__ __forceinline__ void dequant_step(const ops::MatmulArgs& a, const WPl
 
 // ---- tensor-core products ----------------------------------------------------------------
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) { ptx::ldmatrix_x4(r, smem_addr(p)); }
 
 template <DType W>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (W == DType::bf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    ptx::mma_bf16(c, a, b0, b1);
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    ptx::mma_f16(c, a, b0, b1);
   }
 }
-
 
 // Warp w multiplies rows 32 (w % 2) .. +31 of the x stage by rows 32 (w / 2) .. +31 of the
 // w tile over one K step: 2 x 4 m16n8 accumulators. x fragments are read as f32 pairs and
