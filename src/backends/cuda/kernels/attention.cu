@@ -13,8 +13,8 @@
 #include <cstring>
 
 #include "common.cuh"
-#include "ptx.cuh"
 #include "onepass/ops/attention.h"
+#include "ptx.cuh"
 #include "registration.h"
 
 namespace onepass::cuda {

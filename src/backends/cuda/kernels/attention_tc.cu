@@ -32,7 +32,6 @@ struct TcShape {
   static constexpr uint32_t shared = 2 * 2 * tile * 2;      // two buffers of K and V
 };
 
-
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
