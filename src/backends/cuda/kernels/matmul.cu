@@ -131,46 +131,57 @@ __device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const Mv
   }
 }
 
-// Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
-// own one group, 4 values each, so the reductions are three shuffles deep.
-__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
-                                                   float* scratch, XQuantSmem s) {
-  const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
-  const bool vec = x_loads_vec(a, f);
+// Every row of x (normalised when a norm is fused) in batches of kXBatch float4 per
+// thread: use(m, base, batch) gets the float4 base + j * blockDim + threadIdx of row m in
+// batch[j] (zeros past K). Called by every thread of the block (the norm synchronises).
+template <typename Use>
+__device__ __forceinline__ void for_each_x_batch(const ops::MatmulArgs& a, const MvFusion& f, bool vec, float* inv_rms,
+                                                 float* scratch, Use use) {
   const bool normed_once = f.norm_weight && x_one_batch(a);
   if (f.norm_weight && !normed_once) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
   for (int64_t m = 0; m < a.m; ++m) {
-    for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
+    for (int64_t base = 0; base < a.k / 4; base += int64_t{kXBatch} * blockDim.x) {
       float4 batch[kXBatch];
       if (normed_once) {
         load_x_normed(a, f, m, vec, scratch, batch);
       } else {
         load_x_batch(a, f, inv_rms, m, base, vec, batch);
       }
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;  // groups: all or none valid
-        const float e[4] = {batch[j].x, batch[j].y, batch[j].z, batch[j].w};
-        float amax = fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3])));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-        float half = e[0] + e[1] + e[2] + e[3];
-        half += __shfl_xor_sync(0xffffffffu, half, 1);
-        half += __shfl_xor_sync(0xffffffffu, half, 2);  // values 0-15 (threads 0-3) or 16-31 (4-7)
-        const float other = __shfl_xor_sync(0xffffffffu, half, 4);
-        const float d = amax / 127.0f;
-        const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-        uint32_t packed = 0;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) packed |= (static_cast<uint32_t>(__float2int_rn(e[c] * inv)) & 0xffu) << (8 * c);
-        if (i < k4) {
-          reinterpret_cast<uint32_t*>(s.q + m * a.k)[i] = packed;
-          if ((threadIdx.x & 7) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
-        }
-      }
+      use(m, base, batch);
     }
   }
+}
+
+// Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
+// own one group, 4 values each, so the reductions are three shuffles deep.
+__device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
+                                                   float* scratch, XQuantSmem s) {
+  const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
+  const auto quantize = [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
+#pragma unroll
+    for (int j = 0; j < kXBatch; ++j) {
+      const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;  // groups: all or none valid
+      const float e[4] = {batch[j].x, batch[j].y, batch[j].z, batch[j].w};
+      float amax = fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3])));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+      float half = e[0] + e[1] + e[2] + e[3];
+      half += __shfl_xor_sync(0xffffffffu, half, 1);
+      half += __shfl_xor_sync(0xffffffffu, half, 2);  // values 0-15 (threads 0-3) or 16-31 (4-7)
+      const float other = __shfl_xor_sync(0xffffffffu, half, 4);
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      uint32_t packed = 0;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) packed |= (static_cast<uint32_t>(__float2int_rn(e[c] * inv)) & 0xffu) << (8 * c);
+      if (i < k4) {
+        reinterpret_cast<uint32_t*>(s.q + m * a.k)[i] = packed;
+        if ((threadIdx.x & 7) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
+      }
+    }
+  };
+  for_each_x_batch(a, f, x_loads_vec(a, f), inv_rms, scratch, quantize);
 }
 
 __device__ __forceinline__ float staged_x(const ops::MatmulArgs& a, const MvFusion& f, const float* inv_rms,
@@ -424,24 +435,14 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   pdl_wait();
   if (x_loads_vec(a, f)) {
     // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
-    const bool normed_once = f.norm_weight && x_one_batch(a);
-    if (f.norm_weight && !normed_once) rows_inv_rms(a, f.eps, true, inv_rms, scratch);
     const int64_t k4 = a.k / 4;
-    for (int64_t m = 0; m < a.m; ++m) {
-      for (int64_t base = 0; base < k4; base += int64_t{kXBatch} * blockDim.x) {
-        float4 batch[kXBatch];
-        if (normed_once) {
-          load_x_normed(a, f, m, true, scratch, batch);
-        } else {
-          load_x_batch(a, f, inv_rms, m, base, true, batch);
-        }
+    for_each_x_batch(a, f, true, inv_rms, scratch, [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
 #pragma unroll
-        for (int j = 0; j < kXBatch; ++j) {
-          const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
-          if (i < k4) reinterpret_cast<float4*>(xs + m * a.k)[i] = batch[j];
-        }
+      for (int j = 0; j < kXBatch; ++j) {
+        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+        if (i < k4) reinterpret_cast<float4*>(xs + m * a.k)[i] = batch[j];
       }
-    }
+    });
   } else {
     if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
     for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
