@@ -32,6 +32,7 @@ Options Options::from_env() {
   o.unretained_refs = env_flag("ONEPASS_UNRETAINED_REFS", o.unretained_refs);
   o.force_serial = env_flag("ONEPASS_FORCE_SERIAL", o.force_serial);
   o.pdl = env_flag("ONEPASS_PDL", o.pdl);
+  o.cublas = env_flag("ONEPASS_CUBLAS", o.cublas);
   if (const char* schedule = env("ONEPASS_CPU_SCHEDULE")) {
     const std::string_view v(schedule);
     if (v == "sequential") {
@@ -69,7 +70,7 @@ std::string Options::describe() const {
   return cat("auto_barrier=", auto_barrier, " unretained_refs=", unretained_refs,
              " force_serial=", force_serial, " cpu_schedule=",
              cpu_schedule == CpuSchedule::sequential ? "sequential" : "concurrent",
-             " cpu_threads=", cpu_threads, " pdl=", pdl, " fuse=", fuse, " reorder=", reorder,
+             " cpu_threads=", cpu_threads, " pdl=", pdl, " cublas=", cublas, " fuse=", fuse, " reorder=", reorder,
              " dump_graph=", dump_graph, " check_annotations=", check_annotations,
              " graph_diag=", graph_diag, " profile_cb=", profile_submissions,
              " profile_dispatch=", profile_dispatches, " profile_barriers=", profile_barriers);

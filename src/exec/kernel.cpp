@@ -32,7 +32,7 @@ size_t common_prefix(std::string_view a, std::string_view b) {
 
 void KernelRegistry::add(Kernel kernel) {
   check(!kernel.name.empty(), "KernelRegistry", "kernel without a name");
-  check(kernel.cpu != nullptr || kernel.cuda != nullptr, "KernelRegistry", "kernel ",
+  check(kernel.cpu != nullptr || kernel.cuda != nullptr || kernel.cuda_host != nullptr, "KernelRegistry", "kernel ",
         kernel.name, " has no entry point");
   const std::string name = kernel.name;
   const auto [it, inserted] =

@@ -100,6 +100,21 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
   // CUDA mv stages x in shared memory: larger x goes to the matrix-matrix kernel.
   const bool mv = m <= ops::kMatmulMvMaxRows &&
                   (!cuda || ops::cuda_mv_shared_bytes(quantized, m, k) <= ops::kCudaMvSharedLimit);
+  // Many rows on CUDA: cuBLAS on f16/bf16 operands (gemm_*), when its int sizes hold the
+  // shape and the weight rows are 2-byte aligned (block fields are read as half words).
+  const auto fits_int = [](int64_t v) { return v <= int64_t{0x7fffffff}; };
+  const bool gemm = cuda && !mv && w.dtype != DType::f32 && backend().options().cublas &&
+                    m >= ops::kCudaGemmMinRows && fits_int(m) && fits_int(n) && fits_int(k) &&
+                    fits_int(args.x_stride) && fits_int(args.out_stride) && fits_int(args.w_row_bytes) &&
+                    w.view.address() % 2 == 0 && w.row_stride % 2 == 0 &&
+                    backend().registry().contains(cat("gemm_", dtype_name(w.dtype), "_f32"));
+  if (gemm) {
+    Dispatch d(backend().registry().get(cat("gemm_", dtype_name(w.dtype), "_f32")), LaunchDims{}, args,
+               OpKind::matmul, op);
+    d.read(x).read(w).write(out);
+    dispatch(std::move(d));
+    return;
+  }
   const Kernel& kernel =
       backend().registry().get(cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
   const LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)

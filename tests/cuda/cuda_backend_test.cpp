@@ -378,6 +378,108 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
   }
 }
 
+// Products of many rows run as cuBLAS host entry points (gemm_*, captured into child
+// graphs). Two independent products, one that consumes the first, and a kernel after it:
+// every encoding (direct, recorded, dataflow, replayed) must give the direct launches'
+// results bit for bit, and they must agree with onepass's own tensor-core kernels
+// (Options::cublas off), which round the operands the same way.
+TEST(CudaBackend, CublasProductsInEveryEncodingMatchDirectLaunches) {
+  REQUIRE_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int64_t m = 200, k = 512, n1 = 384, n2 = 96;
+  auto alloc = [&](Shape shape, DType t = DType::f32) {
+    const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
+                                         : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
+    TensorView v(backend->alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
+    v.view.fill(testing::kPoisonByte);
+    return v;
+  };
+  auto weights = [&](DType type, int64_t rows, int64_t cols, uint64_t s) {
+    TensorView w = alloc(Shape{rows, cols}, type);
+    const auto values = testing::random_floats(static_cast<size_t>(rows * cols), s, -0.5f, 0.5f);
+    if (dtype_is_quantized(type)) {
+      std::vector<uint8_t> bytes(w.view.size());
+      quantize(type, values.data(), rows * cols, bytes.data());
+      w.view.write(std::span<const uint8_t>(bytes));
+    } else {
+      testing::upload_floats(w, values);
+    }
+    return w;
+  };
+  TensorView x = alloc(Shape{m, k});
+  testing::upload_floats(x, testing::random_floats(static_cast<size_t>(m * k), seed, -2.0f, 2.0f));
+  TensorView wa = weights(DType::q4_0, n1, k, seed + 1), wb = weights(DType::f16, n1, k, seed + 2);
+  TensorView wc = weights(DType::q8_0, n2, n1, seed + 3);
+  TensorView a = alloc(Shape{m, n1}), b = alloc(Shape{m, n1}), c = alloc(Shape{m, n2}), d = alloc(Shape{m, n1});
+  auto emit = [&](GraphSession& s) {
+    s.matmul(x, wa, a);  // gemm_q4_0_f32
+    s.matmul(x, wb, b);  // gemm_f16_f32, independent of the first
+    s.matmul(a, wc, c);  // gemm_q8_0_f32 on the first's output
+    s.add(a, b, d);      // a kernel after host entry points
+  };
+  auto results = [&] {
+    auto r = std::vector{testing::download_floats(a), testing::download_floats(b), testing::download_floats(c),
+                         testing::download_floats(d)};
+    for (TensorView* t : {&a, &b, &c, &d}) t->view.fill(testing::kPoisonByte);
+    return r;
+  };
+  GraphExecutor exec(backend);
+  {
+    GraphSession s = exec.begin();
+    emit(s);
+    s.finish();
+  }
+  const auto direct = results();
+  auto record = [&] {
+    GraphSession s = exec.begin_recorded();
+    emit(s);
+    return s.take_graph();
+  };
+  {
+    GraphSession s = exec.begin_recorded();
+    emit(s);
+    s.finish();
+    EXPECT_EQ(results(), direct) << "recorded";
+  }
+  {
+    GraphSession s = exec.begin_recorded();
+    emit(s);
+    s.finish_dataflow();
+    EXPECT_EQ(results(), direct) << "dataflow";
+  }
+  for (GraphEncoding encoding : {GraphEncoding::sequential, GraphEncoding::barriers, GraphEncoding::dataflow}) {
+    CaptureOptions o;
+    o.encoding = encoding;
+    CapturedGraph captured(*backend, record(), o);
+    for (int rep = 0; rep < 2; ++rep) {
+      captured.run();
+      EXPECT_EQ(results(), direct) << graph_encoding_name(encoding) << " replay " << rep;
+    }
+  }
+  // onepass's tensor-core kernels on the same inputs.
+  Options own_options = testing::test_options();
+  own_options.cublas = false;
+  auto own_backend = make_cuda_backend(0, own_options);
+  GraphExecutor own(own_backend);
+  {
+    GraphSession s = own.begin();
+    emit(s);
+    s.finish();
+  }
+  const auto tc = results();
+  for (size_t i = 0; i < direct.size(); ++i) {
+    double scale = 0;
+    for (float v : tc[i]) scale = std::max(scale, static_cast<double>(std::abs(v)));
+    ASSERT_GT(scale, 0.0);
+    const std::vector<double> expected(tc[i].begin(), tc[i].end());
+    size_t worst = 0;
+    const double err = testing::max_scaled_error(direct[i], expected, 1e-4 * scale, 0.0, &worst);
+    EXPECT_LE(err, 1.0) << "output " << i << " at " << worst << ": cuBLAS " << direct[i][worst]
+                        << ", tensor-core kernel " << tc[i][worst] << " (scale " << scale << ")";
+  }
+}
+
 // The matrix-vector kernels load weights before their PDL wait (Dispatch::early_reads), so
 // one whose weights the previous kernel writes must not be launched early: here a copy
 // converts new values into w right before the product, and w still holds the previous

@@ -31,6 +31,10 @@ struct Options {
   int cpu_threads = 0;
   /// Programmatic dependent launch between dependent kernels on Hopper (ONEPASS_PDL=0 off).
   bool pdl = true;
+  /// CUDA matrix-matrix products of many rows (prefill) through cuBLAS on f16/bf16
+  /// operands (block formats dequantized to f16 first) instead of onepass's own
+  /// tensor-core kernels (ONEPASS_CUBLAS=0 off).
+  bool cublas = true;
 
   // --- graph passes ----------------------------------------------------------------
   bool fuse = true;              // ONEPASS_NO_FUSE=1 skips the fusion pass

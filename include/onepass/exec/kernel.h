@@ -34,6 +34,13 @@ struct LaunchDims {
 using CpuKernelFn = void (*)(const void* args, const LaunchDims& dims, uint64_t first_block,
                              uint64_t end_block);
 
+/// A CUDA entry point that is host code enqueuing work on a stream (a library call such
+/// as a cuBLAS GEMM, with the kernels it needs around it) instead of one __global__
+/// launch. `context` is the CUDA backend's cuda::HostContext (stream, cuBLAS handle,
+/// scratch memory). The backend runs it on its stream, or captures it into a child
+/// graph of a graph submission.
+using CudaHostFn = void (*)(const void* args, void* context);
+
 /// One entry point. Every kernel takes a single POD argument struct by value; the
 /// struct type is shared by all backends (see ops/).
 struct Kernel {
@@ -41,6 +48,7 @@ struct Kernel {
   size_t args_size = 0;            // sizeof the argument struct, checked at dispatch
   CpuKernelFn cpu = nullptr;       // set on the CPU backend
   const void* cuda = nullptr;      // __global__ function, set on the CUDA backend
+  CudaHostFn cuda_host = nullptr;  // or host code enqueuing the work (CUDA backend)
   uint32_t max_threads = 1024;     // largest block the kernel supports
   uint32_t max_shared_bytes = 0;   // dynamic shared memory it was configured for
   /// The kernel waits for its predecessors (cudaGridDependencySynchronize) before it

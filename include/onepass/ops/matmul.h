@@ -72,6 +72,13 @@ inline constexpr int64_t kCpuMvRowsPerBlock = 16;
 inline constexpr int64_t kCpuMmRowsPerBlock = 16;
 inline constexpr int64_t kCpuMmColsPerBlock = 64;
 
+/// CUDA, W != f32, at least this many rows of x, Options::cublas on: gemm_<W>_f32, a host
+/// entry point (Kernel::cuda_host) that converts x to f16 (bf16), expands block-format
+/// weights to f16 in backend scratch and multiplies with cublasGemmEx (f32 sums); same
+/// rounding as the tensor-core mm. Below it the dequantization of the whole weight costs
+/// more than it saves.
+inline constexpr int64_t kCudaGemmMinRows = 64;
+
 /// CUDA launch shapes (see MatmulArgs).
 inline constexpr int64_t kCudaMvRowsPerBlock = 4;
 inline constexpr int64_t kCudaMmTile = 64;

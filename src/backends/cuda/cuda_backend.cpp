@@ -80,8 +80,8 @@ std::optional<uint64_t> elapsed_ns(cudaEvent_t start, cudaEvent_t end) {
 }
 
 void validate_launch(const Dispatch& d) {
-  check(d.kernel != nullptr && d.kernel->cuda != nullptr, "cuda", "kernel ", d.name(),
-        " has no CUDA entry point");
+  check(d.kernel != nullptr && (d.kernel->cuda != nullptr || d.kernel->cuda_host != nullptr), "cuda", "kernel ",
+        d.name(), " has no CUDA entry point");
   const uint64_t threads = d.dims.block.count();
   check(threads >= 1 && threads <= d.kernel->max_threads, "cuda", "kernel ", d.name(), " launched with ",
         threads, " threads per block (max ", d.kernel->max_threads, ")");
@@ -226,7 +226,7 @@ class CudaSubmission final : public Submission {
       check(i < kernel_nodes_.size(), "cuda", "dependency on dispatch ", i, " of ", kernel_nodes_.size());
       nodes.push_back(kernel_nodes_[i]);
     }
-    add_kernel_node(d, nodes, true);
+    add_kernel_node(d, nodes, !(deps.size() == 1 && node_is_host_[deps.front()]));
   }
 
   void barrier() override {
@@ -235,7 +235,7 @@ class CudaSubmission final : public Submission {
     if (mode_ == SubmitMode::immediate || group_.empty()) return;
     if (group_.size() == 1) {
       join_ = group_.front();
-      join_is_kernel_ = true;
+      join_is_kernel_ = !is_host_node(join_);
     } else {
       ONEPASS_CUDA_CHECK(cudaGraphAddEmptyNode(&join_, graph_, group_.data(), group_.size()));
       join_is_kernel_ = false;
@@ -326,6 +326,16 @@ class CudaSubmission final : public Submission {
     // recorded for profiling in between would serialise it anyway.
     const bool early_ok = !early_reads_conflict(last_writes_, d);
     last_writes_ = d.writes;
+    if (d.kernel->cuda_host) {
+      backend_.run_host(d, backend_.stream());
+      launched_ = true;
+      if (profile) {
+        ONEPASS_CUDA_CHECK(cudaEventRecord(timing.end->event, backend_.stream()));
+        timing.sample = describe_dispatch(d, static_cast<uint32_t>(dispatches_ - 1));
+        timings_.push_back(std::move(timing));
+      }
+      return;
+    }
     if (d.kernel->pdl && backend_.options().pdl && !profile && dispatches_ > 1 && early_ok) {
       attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -351,6 +361,7 @@ class CudaSubmission final : public Submission {
                                   bool deps_are_kernels) {
     validate_launch(d);
     keep(d);
+    if (d.kernel->cuda_host) return add_host_node(d, deps);
     cudaGraphNodeParams params{};
     params.type = cudaGraphNodeTypeKernel;
     params.kernel.func = const_cast<void*>(d.kernel->cuda);
@@ -411,6 +422,62 @@ class CudaSubmission final : public Submission {
     }
     kernel_nodes_.push_back(node);
     node_writes_.push_back(d.writes);
+    node_is_host_.push_back(false);
+    return node;
+  }
+
+  bool is_host_node(cudaGraphNode_t node) const {
+    const auto it = std::find(kernel_nodes_.begin(), kernel_nodes_.end(), node);
+    return it != kernel_nodes_.end() && node_is_host_[static_cast<size_t>(it - kernel_nodes_.begin())];
+  }
+
+  // A host entry point (Kernel::cuda_host) as a child-graph node: its work captured on the
+  // backend's capture stream. It also depends on the previous host node, so host entry
+  // points never run concurrently (they share the backend's cuBLAS workspace and scratch).
+  // Kernels after it wait for it with ordinary edges (no early launch into a child graph).
+  cudaGraphNode_t add_host_node(const Dispatch& d, const std::vector<cudaGraphNode_t>& deps) {
+    const bool profile = backend_.options().profile_dispatches;
+    std::vector<cudaGraphNode_t> node_deps = deps;
+    DispatchTiming timing;
+    if (profile) {
+      timing.start = std::make_unique<Event>();
+      timing.end = std::make_unique<Event>();
+      cudaGraphNode_t before = nullptr;
+      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&before, graph_, deps.empty() ? nullptr : deps.data(),
+                                                     deps.size(), timing.start->event));
+      node_deps = {before};
+    }
+    if (last_host_node_ && std::find(node_deps.begin(), node_deps.end(), last_host_node_) == node_deps.end()) {
+      node_deps.push_back(last_host_node_);
+    }
+    cudaGraph_t child = backend_.capture_host(d);
+    cudaGraphNode_t node = nullptr;
+    const cudaError_t status = cudaGraphAddChildGraphNode(&node, graph_, node_deps.empty() ? nullptr : node_deps.data(),
+                                                          node_deps.size(), child);
+    ONEPASS_CUDA_WARN(cudaGraphDestroy(child));  // the node holds a copy
+    ONEPASS_CUDA_CHECK(status);
+    if (profile) {
+      cudaGraphNode_t after = nullptr;
+      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&after, graph_, &node, 1, timing.end->event));
+      timing.sample = describe_dispatch(d, static_cast<uint32_t>(kernel_nodes_.size()));
+      timings_.push_back(std::move(timing));
+    }
+    // Topology key: the host function and its arguments (what it captured depends on them).
+    key_ = mix_hash(key_, reinterpret_cast<uint64_t>(d.kernel->cuda_host));
+    for (size_t i = 0; i < d.args_size; i += 8) {
+      uint64_t word = 0;
+      std::memcpy(&word, d.args.data() + i, std::min<size_t>(8, d.args_size - i));
+      key_ = mix_hash(key_, word);
+    }
+    key_ = mix_hash(key_, node_deps.size());
+    for (cudaGraphNode_t dep : node_deps) {
+      const auto it = std::find(kernel_nodes_.begin(), kernel_nodes_.end(), dep);
+      key_ = mix_hash(key_, it == kernel_nodes_.end() ? 0xffffu : static_cast<uint64_t>(it - kernel_nodes_.begin()));
+    }
+    kernel_nodes_.push_back(node);
+    node_writes_.push_back(d.writes);
+    node_is_host_.push_back(true);
+    last_host_node_ = node;
     return node;
   }
 
@@ -431,6 +498,8 @@ class CudaSubmission final : public Submission {
   cudaGraph_t graph_ = nullptr;
   std::vector<cudaGraphNode_t> kernel_nodes_;
   std::vector<std::vector<MemRange>> node_writes_;  // declared writes of each kernel node
+  std::vector<bool> node_is_host_;                   // host entry point (child graph), not a kernel
+  cudaGraphNode_t last_host_node_ = nullptr;
   std::vector<cudaGraphNode_t> group_;
   cudaGraphNode_t join_ = nullptr;
   bool join_is_kernel_ = false;
@@ -475,6 +544,10 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
   ONEPASS_CUDA_WARN(cudaStreamSynchronize(stream_));
   for (CachedGraph& g : graph_cache_) ONEPASS_CUDA_WARN(cudaGraphExecDestroy(g.exec));
+  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_workspace_) ONEPASS_CUDA_WARN(cudaFree(cublas_workspace_));
+  for (void* p : scratch_allocations_) ONEPASS_CUDA_WARN(cudaFree(p));
+  if (capture_stream_) ONEPASS_CUDA_WARN(cudaStreamDestroy(capture_stream_));
   if (staging_) ONEPASS_CUDA_WARN(cudaFreeHost(staging_));
   ONEPASS_CUDA_WARN(cudaStreamDestroy(stream_));
 }
@@ -645,6 +718,69 @@ cudaGraphExec_t CudaBackend::instantiate_cached(cudaGraph_t graph, uint64_t key)
     graph_cache_.pop_back();
   }
   return exec;
+}
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    fail("cuda", call, " failed: ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
+  }
+}
+
+void* HostContext::scratch(int slot, size_t bytes) const { return backend->host_scratch(slot, bytes); }
+
+void* CudaBackend::host_scratch(int slot, size_t bytes) {
+  check(slot >= 0 && slot < kHostScratchSlots, "cuda", "host scratch slot ", slot, " of ", kHostScratchSlots);
+  if (scratch_bytes_[slot] < bytes) {
+    // Graphs recorded earlier keep the old address: it stays allocated.
+    const size_t size = std::max(bytes, 2 * scratch_bytes_[slot]);
+    scratch_[slot] = allocate_raw(size);
+    scratch_allocations_.push_back(scratch_[slot]);
+    scratch_bytes_[slot] = size;
+  }
+  return scratch_[slot];
+}
+
+void CudaBackend::run_host(const Dispatch& d, cudaStream_t stream) {
+  activate();
+  // cuBLAS wants 32 MiB of workspace on Hopper; a fixed one (not its own pool) also keeps
+  // allocations out of graph capture.
+  constexpr size_t kWorkspaceBytes = 32u << 20;
+  if (!cublas_) {
+    check_cublas(cublasCreate(&cublas_), "cublasCreate");
+    cublas_workspace_ = allocate_raw(kWorkspaceBytes);
+  }
+  check_cublas(cublasSetStream(cublas_, stream), "cublasSetStream");
+  // cublasSetStream resets the workspace to cuBLAS's pool.
+  check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_, kWorkspaceBytes), "cublasSetWorkspace");
+  HostContext context;
+  context.stream = stream;
+  context.cublas = cublas_;
+  context.backend = this;
+  d.kernel->cuda_host(d.args_data(), &context);
+}
+
+cudaGraph_t CudaBackend::capture_host(const Dispatch& d) {
+  activate();
+  if (!capture_stream_) ONEPASS_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
+  // Relaxed: the entry point may allocate scratch (not a stream operation) while captured.
+  ONEPASS_CUDA_CHECK(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeRelaxed));
+  try {
+    run_host(d, capture_stream_);
+  } catch (...) {
+    cudaGraph_t partial = nullptr;
+    (void)cudaStreamEndCapture(capture_stream_, &partial);
+    if (partial) (void)cudaGraphDestroy(partial);
+    (void)cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t status = cudaStreamEndCapture(capture_stream_, &graph);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("cuda", "capturing ", d.name(), " into a graph failed: ", cudaGetErrorName(status), " (",
+         cudaGetErrorString(status), ")");
+  }
+  return graph;
 }
 
 std::shared_ptr<Backend> make_backend(int ordinal, const Options& options) {

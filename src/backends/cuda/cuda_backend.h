@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "host_context.h"
 #include "onepass/exec/backend.h"
 
 namespace onepass::cuda {
@@ -57,6 +58,14 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t instantiate_cached(cudaGraph_t graph, uint64_t topology_key);
   GraphCacheStats graph_cache_stats() const override { return cache_stats_; }
 
+  /// Host entry points (Kernel::cuda_host): runs `d`'s host function, enqueuing its work on
+  /// `stream`.
+  void run_host(const Dispatch& d, cudaStream_t stream);
+  /// `d`'s host function captured into a new graph (the caller destroys it).
+  cudaGraph_t capture_host(const Dispatch& d);
+  /// See HostContext::scratch.
+  void* host_scratch(int slot, size_t bytes);
+
  protected:
   void* allocate_raw(size_t bytes) override;
   void* allocate_host_visible_raw(size_t bytes) override;
@@ -75,6 +84,14 @@ class CudaBackend final : public Backend {
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
   std::mutex staging_mutex_;
+  // Host entry points: a stream to capture them on, cuBLAS, scratch. Every scratch
+  // allocation is kept until the backend goes (recorded graphs hold their addresses).
+  cudaStream_t capture_stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  void* scratch_[kHostScratchSlots] = {};
+  size_t scratch_bytes_[kHostScratchSlots] = {};
+  std::vector<void*> scratch_allocations_;
   // Most recently used instantiated graphs, by topology key.
   std::list<CachedGraph> graph_cache_;
   GraphCacheStats cache_stats_;

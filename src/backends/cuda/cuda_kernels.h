@@ -16,6 +16,7 @@ void register_argmax_cuda_kernels(KernelRegistry& registry);
 void register_attention_cuda_kernels(KernelRegistry& registry);
 void register_matmul_cuda_kernels(KernelRegistry& registry);
 void register_matmul_tc_cuda_kernels(KernelRegistry& registry);
+void register_matmul_blas_cuda_kernels(KernelRegistry& registry);
 void register_attention_tc_cuda_kernels(KernelRegistry& registry);
 void register_rope_kv_cuda_kernels(KernelRegistry& registry);
 void register_embedding_cuda_kernels(KernelRegistry& registry);
