@@ -206,6 +206,9 @@ ONEPASS_OP_CASES(matmul) {
                                                          : 16 / static_cast<int64_t>(dtype_size(t)) * 131;
     add_case(cases, t, 1, 333, k_split, 0, false);
     add_case(cases, t, 3, 7, k_split, 0, false);
+    // Rows of >= 2048 values with few outputs: the CUDA matrix-vector kernels then take one
+    // output row per warp (ops::kCudaMvOneRowMinK).
+    add_case(cases, t, 2, 45, dtype_block_elems(t) == 256 ? 2304 : 2112, 0, false);
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.
     add_case(cases, t, 150, 260, 768, 0, false);
