@@ -746,8 +746,13 @@ void CudaBackend::run_host(const Dispatch& d, cudaStream_t stream) {
   // allocations out of graph capture.
   constexpr size_t kWorkspaceBytes = 32u << 20;
   if (!cublas_) {
+    const auto t0 = std::chrono::steady_clock::now();
     check_cublas(cublasCreate(&cublas_), "cublasCreate");
     cublas_workspace_ = allocate_raw(kWorkspaceBytes);
+    if (options().graph_diag) {
+      std::fprintf(stderr, "[graph_diag] cuBLAS set up in %.3f ms\n",
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
   check_cublas(cublasSetStream(cublas_, stream), "cublasSetStream");
   // cublasSetStream resets the workspace to cuBLAS's pool.
@@ -763,6 +768,7 @@ cudaGraph_t CudaBackend::capture_host(const Dispatch& d) {
   activate();
   if (!capture_stream_) ONEPASS_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
   // Relaxed: the entry point may allocate scratch (not a stream operation) while captured.
+  const auto t0 = std::chrono::steady_clock::now();
   ONEPASS_CUDA_CHECK(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeRelaxed));
   try {
     run_host(d, capture_stream_);
@@ -775,6 +781,10 @@ cudaGraph_t CudaBackend::capture_host(const Dispatch& d) {
   }
   cudaGraph_t graph = nullptr;
   const cudaError_t status = cudaStreamEndCapture(capture_stream_, &graph);
+  if (options().graph_diag) {
+    std::fprintf(stderr, "[graph_diag] captured %s in %.3f ms\n", d.name().c_str(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     fail("cuda", "capturing ", d.name(), " into a graph failed: ", cudaGetErrorName(status), " (",
