@@ -7,6 +7,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/ops/attention.h"
+#include "onepass/ops/matmul.h"
 #include "onepass/ops/rope.h"
 
 namespace onepass::model {
@@ -75,6 +76,20 @@ LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& sour
   check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
         "KV cache type must be f16 or f32, got ", dtype_name(options_.kv_type));
   load_weights(source);
+  warm_up_library();
+}
+
+void LlamaModel::warm_up_library() {
+  // The first cuBLAS call of a process sets the library up (~45 ms on an H100): pay it while
+  // loading instead of in the first prompt's prefill. One product of as many rows as the
+  // cuBLAS path takes, on activation buffers whose contents mean nothing yet.
+  const Buffers& b = *buffers_;
+  if (backend_->kind() != BackendKind::cuda || !backend_->options().cublas || layers_.empty()) return;
+  const Linear& o = layers_.front().attn_output;
+  if (o.affine || b.max_batch < ops::kCudaGemmMinRows) return;
+  GraphSession s = executor_.begin();
+  s.matmul(b.attn.rows_slice(0, ops::kCudaGemmMinRows), o.weight, b.proj.rows_slice(0, ops::kCudaGemmMinRows));
+  s.finish();
 }
 
 LlamaModel::~LlamaModel() = default;

@@ -100,6 +100,7 @@ class LlamaModel {
  private:
   struct Buffers;
   void load_weights(const ModelSource& source);
+  void warm_up_library();
   void set_step(std::span<const int32_t> tokens);
   void run_decode(int32_t token);
 
