@@ -29,6 +29,30 @@ std::shared_ptr<Backend> gpu() {
   auto backend = gpu();                                      \
   if (!backend) GTEST_SKIP() << "no CUDA device available"
 
+// A poisoned tensor of `shape` (dense rows of type t) on the backend.
+TensorView poisoned_tensor(Backend& backend, Shape shape, DType t = DType::f32) {
+  const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
+                                       : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
+  TensorView v(backend.alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
+  v.view.fill(testing::kPoisonByte);
+  return v;
+}
+
+// A [rows, cols] weight of `type` holding random values in [-0.5, 0.5] (quantized for the
+// block formats).
+TensorView random_weights(Backend& backend, DType type, int64_t rows, int64_t cols, uint64_t seed) {
+  TensorView w = poisoned_tensor(backend, Shape{rows, cols}, type);
+  const auto values = testing::random_floats(static_cast<size_t>(rows * cols), seed, -0.5f, 0.5f);
+  if (dtype_is_quantized(type)) {
+    std::vector<uint8_t> bytes(w.view.size());
+    quantize(type, values.data(), rows * cols, bytes.data());
+    w.view.write(std::span<const uint8_t>(bytes));
+  } else {
+    testing::upload_floats(w, values);
+  }
+  return w;
+}
+
 TEST(CudaBackend, DescribesTheDevice) {
   REQUIRE_GPU();
   const DeviceInfo& info = backend->info();
@@ -313,25 +337,8 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
       for (int64_t k : {int64_t{512}, int64_t{2048}}) {
         SCOPED_TRACE(::testing::Message() << dtype_name(type) << " m " << m << " k " << k);
         const int64_t n = 600;  // gate and up rows: 2 n
-        auto alloc = [&](Shape shape, DType t = DType::f32) {
-          const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
-                                               : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
-          TensorView v(backend->alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
-          v.view.fill(testing::kPoisonByte);
-          return v;
-        };
-        auto weights = [&](int64_t rows, uint64_t s) {
-          TensorView w = alloc(Shape{rows, k}, type);
-          const auto values = testing::random_floats(static_cast<size_t>(rows * k), s, -0.5f, 0.5f);
-          if (dtype_is_quantized(type)) {
-            std::vector<uint8_t> bytes(w.view.size());
-            quantize(type, values.data(), rows * k, bytes.data());
-            w.view.write(std::span<const uint8_t>(bytes));
-          } else {
-            testing::upload_floats(w, values);
-          }
-          return w;
-        };
+        auto alloc = [&](Shape shape) { return poisoned_tensor(*backend, shape); };
+        auto weights = [&](int64_t rows, uint64_t s) { return random_weights(*backend, type, rows, k, s); };
         TensorView x = alloc(Shape{m, k}), norm_w = alloc(Shape{1, k}), residual = alloc(Shape{m, n});
         testing::upload_floats(x, testing::random_floats(static_cast<size_t>(m * k), seed + 1, -2.0f, 2.0f));
         testing::upload_floats(norm_w, testing::random_floats(static_cast<size_t>(k), seed + 2, 0.5f, 1.5f));
@@ -388,24 +395,9 @@ TEST(CudaBackend, CublasProductsInEveryEncodingMatchDirectLaunches) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const int64_t m = 200, k = 512, n1 = 384, n2 = 96;
-  auto alloc = [&](Shape shape, DType t = DType::f32) {
-    const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
-                                         : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
-    TensorView v(backend->alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
-    v.view.fill(testing::kPoisonByte);
-    return v;
-  };
+  auto alloc = [&](Shape shape) { return poisoned_tensor(*backend, shape); };
   auto weights = [&](DType type, int64_t rows, int64_t cols, uint64_t s) {
-    TensorView w = alloc(Shape{rows, cols}, type);
-    const auto values = testing::random_floats(static_cast<size_t>(rows * cols), s, -0.5f, 0.5f);
-    if (dtype_is_quantized(type)) {
-      std::vector<uint8_t> bytes(w.view.size());
-      quantize(type, values.data(), rows * cols, bytes.data());
-      w.view.write(std::span<const uint8_t>(bytes));
-    } else {
-      testing::upload_floats(w, values);
-    }
-    return w;
+    return random_weights(*backend, type, rows, cols, s);
   };
   TensorView x = alloc(Shape{m, k});
   testing::upload_floats(x, testing::random_floats(static_cast<size_t>(m * k), seed, -2.0f, 2.0f));

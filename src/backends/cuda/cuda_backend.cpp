@@ -370,19 +370,9 @@ class CudaSubmission final : public Submission {
     params.kernel.sharedMemBytes = d.dims.shared_bytes;
     void* args[1] = {const_cast<void*>(d.args_data())};
     params.kernel.kernelParams = args;
-    // Profiling: an event recorded before (after the kernel's dependencies) and after
-    // each kernel gives per-dispatch GPU timestamps inside the graph.
     const bool profile = backend_.options().profile_dispatches;
-    std::vector<cudaGraphNode_t> kernel_deps = deps;
     DispatchTiming timing;
-    if (profile) {
-      timing.start = std::make_unique<Event>();
-      timing.end = std::make_unique<Event>();
-      cudaGraphNode_t before = nullptr;
-      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&before, graph_, deps.empty() ? nullptr : deps.data(),
-                                                     deps.size(), timing.start->event));
-      kernel_deps = {before};
-    }
+    const std::vector<cudaGraphNode_t> kernel_deps = timing_start(deps, timing);
     // Programmatic edges let a PDL-aware kernel launch while its single kernel
     // predecessor finishes; it waits (griddepcontrol.wait) before touching memory.
     // Not after a kernel writing what this one reads before its wait (early_reads).
@@ -404,25 +394,47 @@ class CudaSubmission final : public Submission {
     cudaGraphNode_t node = nullptr;
     ONEPASS_CUDA_CHECK(cudaGraphAddNode(&node, graph_, kernel_deps.empty() ? nullptr : kernel_deps.data(),
                                         kernel_deps.empty() ? nullptr : edges.data(), kernel_deps.size(), &params));
-    if (profile) {
-      cudaGraphNode_t after = nullptr;
-      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&after, graph_, &node, 1, timing.end->event));
-      timing.sample = describe_dispatch(d, static_cast<uint32_t>(kernel_nodes_.size()));
-      timings_.push_back(std::move(timing));
-    }
+    timing_end(d, node, timing);
     // Topology key: kernel, launch shape and dependency structure (arguments excluded:
     // a graph differing only in arguments is updated in place).
     key_ = mix_hash(key_, reinterpret_cast<uint64_t>(d.kernel->cuda));
     key_ = mix_hash(key_, d.dims.grid.count() * 1315423911u + d.dims.block.count());
     key_ = mix_hash(key_, (uint64_t{d.dims.grid.x} << 32) ^ d.dims.grid.y ^ (uint64_t{d.dims.shared_bytes} << 16));
     key_ = mix_hash(key_, deps.size() * 2 + (programmatic ? 1 : 0));
+    return add_dispatch_node(d, node, deps, false);
+  }
+
+  // Profiling: an event recorded before (after the dispatch's dependencies) and after each
+  // dispatch gives per-dispatch GPU timestamps inside the graph. timing_start returns the
+  // dependencies of the dispatch's own node.
+  std::vector<cudaGraphNode_t> timing_start(const std::vector<cudaGraphNode_t>& deps, DispatchTiming& timing) {
+    if (!backend_.options().profile_dispatches) return deps;
+    timing.start = std::make_unique<Event>();
+    timing.end = std::make_unique<Event>();
+    cudaGraphNode_t before = nullptr;
+    ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&before, graph_, deps.empty() ? nullptr : deps.data(), deps.size(),
+                                                   timing.start->event));
+    return {before};
+  }
+  void timing_end(const Dispatch& d, cudaGraphNode_t node, DispatchTiming& timing) {
+    if (!backend_.options().profile_dispatches) return;
+    cudaGraphNode_t after = nullptr;
+    ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&after, graph_, &node, 1, timing.end->event));
+    timing.sample = describe_dispatch(d, static_cast<uint32_t>(kernel_nodes_.size()));
+    timings_.push_back(std::move(timing));
+  }
+
+  // Records the node of dispatch d: its dependencies (by dispatch index) in the topology key,
+  // and what later dispatches look up.
+  cudaGraphNode_t add_dispatch_node(const Dispatch& d, cudaGraphNode_t node, const std::vector<cudaGraphNode_t>& deps,
+                                    bool host) {
     for (cudaGraphNode_t dep : deps) {
       const auto it = std::find(kernel_nodes_.begin(), kernel_nodes_.end(), dep);
       key_ = mix_hash(key_, it == kernel_nodes_.end() ? 0xffffu : static_cast<uint64_t>(it - kernel_nodes_.begin()));
     }
     kernel_nodes_.push_back(node);
     node_writes_.push_back(d.writes);
-    node_is_host_.push_back(false);
+    node_is_host_.push_back(host);
     return node;
   }
 
@@ -436,17 +448,8 @@ class CudaSubmission final : public Submission {
   // points never run concurrently (they share the backend's cuBLAS workspace and scratch).
   // Kernels after it wait for it with ordinary edges (no early launch into a child graph).
   cudaGraphNode_t add_host_node(const Dispatch& d, const std::vector<cudaGraphNode_t>& deps) {
-    const bool profile = backend_.options().profile_dispatches;
-    std::vector<cudaGraphNode_t> node_deps = deps;
     DispatchTiming timing;
-    if (profile) {
-      timing.start = std::make_unique<Event>();
-      timing.end = std::make_unique<Event>();
-      cudaGraphNode_t before = nullptr;
-      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&before, graph_, deps.empty() ? nullptr : deps.data(),
-                                                     deps.size(), timing.start->event));
-      node_deps = {before};
-    }
+    std::vector<cudaGraphNode_t> node_deps = timing_start(deps, timing);
     if (last_host_node_ && std::find(node_deps.begin(), node_deps.end(), last_host_node_) == node_deps.end()) {
       node_deps.push_back(last_host_node_);
     }
@@ -456,12 +459,7 @@ class CudaSubmission final : public Submission {
                                                           node_deps.size(), child);
     ONEPASS_CUDA_WARN(cudaGraphDestroy(child));  // the node holds a copy
     ONEPASS_CUDA_CHECK(status);
-    if (profile) {
-      cudaGraphNode_t after = nullptr;
-      ONEPASS_CUDA_CHECK(cudaGraphAddEventRecordNode(&after, graph_, &node, 1, timing.end->event));
-      timing.sample = describe_dispatch(d, static_cast<uint32_t>(kernel_nodes_.size()));
-      timings_.push_back(std::move(timing));
-    }
+    timing_end(d, node, timing);
     // Topology key: the host function and its arguments (what it captured depends on them).
     key_ = mix_hash(key_, reinterpret_cast<uint64_t>(d.kernel->cuda_host));
     for (size_t i = 0; i < d.args_size; i += 8) {
@@ -470,15 +468,8 @@ class CudaSubmission final : public Submission {
       key_ = mix_hash(key_, word);
     }
     key_ = mix_hash(key_, node_deps.size());
-    for (cudaGraphNode_t dep : node_deps) {
-      const auto it = std::find(kernel_nodes_.begin(), kernel_nodes_.end(), dep);
-      key_ = mix_hash(key_, it == kernel_nodes_.end() ? 0xffffu : static_cast<uint64_t>(it - kernel_nodes_.begin()));
-    }
-    kernel_nodes_.push_back(node);
-    node_writes_.push_back(d.writes);
-    node_is_host_.push_back(true);
     last_host_node_ = node;
-    return node;
+    return add_dispatch_node(d, node, node_deps, true);
   }
 
   CudaBackend& backend_;
