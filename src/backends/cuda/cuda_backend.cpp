@@ -328,26 +328,20 @@ class CudaSubmission final : public Submission {
     last_writes_ = d.writes;
     if (d.kernel->cuda_host) {
       backend_.run_host(d, backend_.stream());
-      launched_ = true;
-      if (profile) {
-        ONEPASS_CUDA_CHECK(cudaEventRecord(timing.end->event, backend_.stream()));
-        timing.sample = describe_dispatch(d, static_cast<uint32_t>(dispatches_ - 1));
-        timings_.push_back(std::move(timing));
+    } else {
+      if (d.kernel->pdl && backend_.options().pdl && !profile && dispatches_ > 1 && early_ok) {
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
       }
-      return;
-    }
-    if (d.kernel->pdl && backend_.options().pdl && !profile && dispatches_ > 1 && early_ok) {
-      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute.val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-    }
-    void* params[1] = {const_cast<void*>(d.args_data())};
-    const cudaError_t status = cudaLaunchKernelExC(&config, d.kernel->cuda, params);
-    if (status != cudaSuccess) {
-      fail("cuda", "launch of ", d.name(), " (grid ", d.dims.grid.x, "x", d.dims.grid.y, "x", d.dims.grid.z,
-           ", block ", d.dims.block.x, "x", d.dims.block.y, "x", d.dims.block.z, ", smem ", d.dims.shared_bytes,
-           ") failed: ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+      void* params[1] = {const_cast<void*>(d.args_data())};
+      const cudaError_t status = cudaLaunchKernelExC(&config, d.kernel->cuda, params);
+      if (status != cudaSuccess) {
+        fail("cuda", "launch of ", d.name(), " (grid ", d.dims.grid.x, "x", d.dims.grid.y, "x", d.dims.grid.z,
+             ", block ", d.dims.block.x, "x", d.dims.block.y, "x", d.dims.block.z, ", smem ", d.dims.shared_bytes,
+             ") failed: ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+      }
     }
     launched_ = true;
     if (profile) {

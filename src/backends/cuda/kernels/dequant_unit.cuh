@@ -1,10 +1,12 @@
-// Dequantization of one 32-value unit of a GGML block format to 16 packed f16 pairs, in K
-// order: the tensor-core mm (matmul_tc.cu, from raw bytes in shared memory) and the f16
-// weight expansion before a cuBLAS GEMM (matmul_blas.cu, from global memory) share it.
+// The tensor-core operand type of each weight type, and the dequantization of one 32-value
+// unit of a GGML block format to 16 packed f16 pairs, in K order. The tensor-core mm
+// (matmul_tc.cu, from raw bytes in shared memory) and the operand conversion before a cuBLAS
+// GEMM (matmul_blas.cu, from global memory) share them.
 //   WUnit<W>::load(b, u, raw)    loads the words of unit u of the block at b;
 //   WUnit<W>::decode(raw, u, h)  turns them into the unit's 16 f16 pairs.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -16,10 +18,25 @@ namespace onepass::cuda::dequant {
 
 __device__ __forceinline__ uint32_t byte_of(const uint32_t* words, int i) { return (words[i >> 2] >> (8 * (i & 3))) & 0xFFu; }
 
-__device__ __forceinline__ uint32_t pack_half(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
+// The operand type of the tensor-core product for weights of type W.
+template <DType W>
+struct Operand {
+  using T = __half;
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+template <>
+struct Operand<DType::bf16> {
+  using T = __nv_bfloat16;
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+
+__device__ __forceinline__ uint32_t pack_half(float lo, float hi) { return Operand<DType::f16>::pack(lo, hi); }
 
 template <DType W>
 struct WUnit;

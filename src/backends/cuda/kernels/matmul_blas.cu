@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "../cuda_check.h"
 #include "../host_context.h"
@@ -24,25 +23,10 @@
 namespace onepass::cuda {
 namespace {
 
-template <DType W>
-using OperandT = std::conditional_t<W == DType::bf16, __nv_bfloat16, __half>;
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// out [M, K] (dense rows) = x rounded to T. Rows along grid y (looping past 65535), four
-// values per thread along x; float4 loads when `vec` (K, the stride and x 16-byte aligned).
-template <typename T>
+// out [M, K] (dense rows) = x rounded to the operand type of W. Rows along grid y (looping
+// past 65535), four values per thread along x; float4 loads when `vec` (K, the stride and x
+// 16-byte aligned).
+template <DType W, typename T = typename dequant::Operand<W>::T>
 __global__ void x_to_operand_kernel(const float* x, int64_t x_stride, int64_t m, int64_t k, bool vec, T* out) {
   const int64_t quads = (k + 3) / 4;
   for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
@@ -53,8 +37,8 @@ __global__ void x_to_operand_kernel(const float* x, int64_t x_stride, int64_t m,
       if (vec) {
         const float4 v = *reinterpret_cast<const float4*>(xr + c);
         uint2 packed;
-        packed.x = pack2<T>(v.x, v.y);
-        packed.y = pack2<T>(v.z, v.w);
+        packed.x = dequant::Operand<W>::pack(v.x, v.y);
+        packed.y = dequant::Operand<W>::pack(v.z, v.w);
         *reinterpret_cast<uint2*>(o + c) = packed;
       } else {
         for (int64_t i = c; i < c + 4 && i < k; ++i) o[i] = static_cast<T>(xr[i]);
@@ -89,7 +73,7 @@ constexpr bool kDense = W == DType::f16 || W == DType::bf16;
 
 template <DType W>
 void gemm_host(const void* args, void* context) {
-  using T = OperandT<W>;
+  using T = typename dequant::Operand<W>::T;
   ops::MatmulArgs a;
   std::memcpy(&a, args, sizeof a);
   const HostContext& ctx = *static_cast<const HostContext*>(context);
@@ -99,7 +83,7 @@ void gemm_host(const void* args, void* context) {
   const int64_t quads = (a.k + 3) / 4;
   const dim3 x_grid(static_cast<unsigned>(std::min<int64_t>((quads + 255) / 256, 64)),
                     static_cast<unsigned>(std::min<int64_t>(a.m, 65535)));
-  x_to_operand_kernel<T><<<x_grid, 256, 0, ctx.stream>>>(a.x, a.x_stride, a.m, a.k, vec, xh);
+  x_to_operand_kernel<W><<<x_grid, 256, 0, ctx.stream>>>(a.x, a.x_stride, a.m, a.k, vec, xh);
   ONEPASS_CUDA_CHECK(cudaGetLastError());
   const void* wh = a.w;
   int64_t ldw = a.w_row_bytes / 2;

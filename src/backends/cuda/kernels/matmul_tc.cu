@@ -73,30 +73,13 @@ struct Layout {
   static constexpr int bytes = tile_offset + (kDense<W> ? 0 : 2 * kWTile);
 };
 
-// The operand type of the tensor-core product for weights of type W.
-template <DType W>
-struct Operand {
-  using T = __half;
-  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-};
-template <>
-struct Operand<DType::bf16> {
-  using T = __nv_bfloat16;
-  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-};
-
 using ptx::cp_async16;
 using ptx::cp_async4;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
 using ptx::smem_addr;
 using ptx::st_shared_v4;
+using dequant::Operand;
 using dequant::WUnit;
 
 // What each thread copies, fixed for the whole K walk (addresses of stage 0 / K step 0).
