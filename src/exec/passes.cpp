@@ -62,11 +62,15 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     const size_t c = static_cast<size_t>(c_index);
     const Dispatch& consumer = *as_dispatch(nodes[c]);
     // Whatever the consumer reads of the intermediate must lie within it (the fused
-    // kernel computes those values itself), and it must not write it.
+    // kernel computes those values itself), and it must not write it (unless the rule's
+    // fused kernel writes what the consumer leaves there).
     bool reads_inside = true;
     for (const MemRange& r : consumer.reads) reads_inside = reads_inside && (!r.overlaps(w) || w.contains(r));
     if (!reads_inside) continue;
-    if (overlaps_any(w, consumer.writes)) continue;
+    bool writes_inside = true;
+    for (const MemRange& r : consumer.writes) writes_inside = writes_inside && (!r.overlaps(w) || w.contains(r));
+    if (!writes_inside) continue;
+    const bool updates_intermediate = overlaps_any(w, consumer.writes);
     if (any_overlap(consumer.writes, producer->reads)) continue;
     // Unless the fused kernel still writes it, the producer's value must be dead after
     // the consumer: the next node touching the intermediate must overwrite all of it
@@ -86,6 +90,7 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
     for (const FusionRule& rule : rules.rules()) {
       if (rule.producer != producer->op_kind || rule.consumer != consumer.op_kind) continue;
       if (live_after && !rule.keeps_intermediate) continue;
+      if (updates_intermediate && !(rule.consumer_updates_intermediate && rule.keeps_intermediate)) continue;
       std::optional<Dispatch> fused = rule.build(*producer, consumer, registry);
       if (!fused) continue;
       fused->reads = producer->reads;

@@ -1,7 +1,7 @@
 // Fusion rules around the matrix-vector product (decode): RMS-norm -> matmul, matmul ->
-// residual add, gate/up matmul -> SiLU x mul. They apply on backends that register the
-// fused kernels (mv_<W>_f32_fused; CUDA); elsewhere the unfused graph runs, and it is the
-// reference the fused kernels are tested against.
+// residual add, gate/up matmul -> SiLU x mul, Q/K/V matmul -> RoPE + KV-cache write. They
+// apply on backends that register the fused kernels (mv_<W>_f32_fused; CUDA); elsewhere the
+// unfused graph runs, and it is the reference the fused kernels are tested against.
 #include <string>
 
 #include "onepass/ops/activation.h"
@@ -9,6 +9,7 @@
 #include "onepass/ops/fusion_rules.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/norm.h"
+#include "onepass/ops/rope.h"
 
 namespace onepass::ops {
 namespace {
@@ -108,12 +109,40 @@ std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch&
   return fused_dispatch(*mv, matmul);
 }
 
+// mv -> [q | k | v] of one token; rope_kv_write(q, k, v) in the normal layout  ==>  mv
+// with the rotation and the KV-cache writes in its epilogue (MatvecRope). The pairs
+// (2i, 2i + 1) of a head are the two outputs of one warp; the NeoX layout pairs values
+// half a head apart and keeps the separate kernel.
+std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispatch& rope, const KernelRegistry& registry) {
+  constexpr std::string_view kPrefix = "rope_kv_write_";
+  const std::string& name = rope.kernel->name;
+  if (!starts_with(name, kPrefix) || starts_with(name, "rope_kv_write_neox_")) return std::nullopt;
+  const std::optional<DType> cache = parse_dtype(std::string_view(name).substr(kPrefix.size()));
+  std::optional<Matvec> mv = as_matvec(matmul, registry);
+  if (!cache || !mv || mv->args.silu || mv->args.residual != nullptr || mv->args.rope.positions != nullptr) {
+    return std::nullopt;
+  }
+  const auto r = rope.args_as<RopeKvArgs>();
+  const MatmulArgs& m = mv->args.mm;
+  const int64_t hd = r.head_dim;
+  const int64_t q_dim = r.n_head * hd;
+  const int64_t kv_dim = r.n_kv_head * hd;
+  if (m.m != 1 || r.tokens != 1 || hd % 2 != 0 || m.n != q_dim + 2 * kv_dim || r.cache_stride != hd) return std::nullopt;
+  if (r.q != m.out || r.k != m.out + q_dim || r.v != m.out + q_dim + kv_dim) return std::nullopt;
+  if (r.q_stride != hd || r.k_stride != hd || r.v_stride != hd) return std::nullopt;
+  mv->args.rope = MatvecRope{r.positions, r.freq_factors, r.k_cache,     r.v_cache, r.n_head,     r.n_kv_head,
+                             hd,          r.ctx,          r.rotary_dims, r.theta,   r.freq_scale, *cache};
+  return fused_dispatch(*mv, matmul);
+}
+
 }  // namespace
 
 void register_matmul_fusion_rules(FusionRules& rules) {
   rules.add({"rms_norm+matvec", OpKind::norm, OpKind::matmul, fuse_norm_matvec});
   rules.add({"matvec+add", OpKind::matmul, OpKind::add, fuse_matvec_add});
   rules.add({"matvec+silu_mul", OpKind::matmul, OpKind::activation, fuse_matvec_silu});
+  rules.add({"matvec+rope_kv", OpKind::matmul, OpKind::rope, fuse_matvec_rope_kv, /*keeps_intermediate=*/true,
+             /*consumer_updates_intermediate=*/true});
 }
 
 }  // namespace onepass::ops

@@ -3,12 +3,16 @@
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <tuple>
 
 #include "onepass/exec/captured_graph.h"
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/counters.h"
 #include "onepass/exec/graph_session.h"
+#include "onepass/ops/rope.h"
 #include "onepass/exec/profile.h"
 #include "onepass/core/half.h"
 #include "onepass/ops/quant.h"
@@ -327,6 +331,7 @@ TEST(CudaProfiling, GraphReplaysAreTimedPerDispatch) {
 // The fused matrix-vector kernels (RMS-norm folded into x staging, residual add and SiLU x
 // up in the epilogue) against the unfused sequence on the same GPU. Both quantize x to
 // int8 the same way, so they agree to rounding; a wrong row pairing, scale or race does not.
+// K = 8192 stages x in several register batches (K <= 2048 in one).
 TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
   REQUIRE_GPU();
   GraphExecutor exec(backend);
@@ -334,7 +339,7 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   for (DType type : {DType::f16, DType::f32, DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k, DType::q6_k}) {
     for (int64_t m : {int64_t{1}, int64_t{3}}) {
-      for (int64_t k : {int64_t{512}, int64_t{2048}}) {
+      for (int64_t k : {int64_t{512}, int64_t{2048}, int64_t{8192}}) {
         SCOPED_TRACE(::testing::Message() << dtype_name(type) << " m " << m << " k " << k);
         const int64_t n = 600;  // gate and up rows: 2 n
         auto alloc = [&](Shape shape) { return poisoned_tensor(*backend, shape); };
@@ -346,9 +351,11 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
         TensorView w1 = weights(n, seed + 4), w2 = weights(2 * n, seed + 5);
         TensorView xn = alloc(Shape{m, k}), t1 = alloc(Shape{m, n}), out1 = alloc(Shape{m, n});
         TensorView gu = alloc(Shape{m, 2 * n}), out2 = alloc(Shape{m, n});
+        TensorView t3 = alloc(Shape{m, n}), out3 = alloc(Shape{m, n});
         auto run = [&](bool fuse) {
           out1.view.fill(testing::kPoisonByte);
           out2.view.fill(testing::kPoisonByte);
+          out3.view.fill(testing::kPoisonByte);
           GraphSession s = exec.begin_recorded();
           s.rms_norm(x, norm_w, xn, 1e-5f);
           s.matmul(xn, w1, t1);
@@ -358,27 +365,96 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
           const uint64_t row = static_cast<uint64_t>(2 * n) * 4;
           s.silu_mul(TensorView(gu.view, DType::f32, Shape{m, n}, row),
                      TensorView(gu.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row), out2);
+          s.matmul(x, w1, t3);  // residual only, as the attention output and down projections
+          s.add(t3, residual, out3);
           const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
           if (fuse) {
-            EXPECT_EQ(stats.fusions, 4u);
+            EXPECT_EQ(stats.fusions, 5u);
           }
-          return std::pair{testing::download_floats(out1), testing::download_floats(out2)};
+          return std::array{testing::download_floats(out1), testing::download_floats(out2),
+                            testing::download_floats(out3)};
         };
-        const auto [plain1, plain2] = run(false);
-        const auto [fused1, fused2] = run(true);
-        const auto [again1, again2] = run(true);
-        EXPECT_EQ(fused1, again1) << "fused results are reproducible";
-        EXPECT_EQ(fused2, again2);
-        for (int which = 0; which < 2; ++which) {
-          const auto& got = which == 0 ? fused1 : fused2;
-          const auto& want = which == 0 ? plain1 : plain2;
+        const auto plain = run(false);
+        const auto fused = run(true);
+        const auto again = run(true);
+        EXPECT_EQ(fused, again) << "fused results are reproducible";
+        for (int which = 0; which < 3; ++which) {
+          const auto& got = fused[which];
+          const auto& want = plain[which];
           double scale = 0;
           for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
           std::vector<double> expected(want.begin(), want.end());
           size_t worst = 0;
           const double err = testing::max_scaled_error(got, expected, 2e-3 * scale, 0.0, &worst);
-          EXPECT_LE(err, 1.0) << (which == 0 ? "norm + residual" : "norm + silu") << " at " << worst << ": "
+          EXPECT_LE(err, 1.0) << (which == 0 ? "norm + residual" : which == 1 ? "norm + silu" : "residual") << " at "
+                              << worst << ": "
                               << got[worst] << " vs " << want[worst] << " (scale " << scale << ")";
+        }
+      }
+    }
+  }
+}
+
+// rope_kv_write folded into a one-token Q/K/V product (the decode step's QKV -> RoPE + KV
+// write; without the norm, whose fusion rounds differently): the product's output (q rotated in place, k and v as computed) and
+// both caches, every byte of them, must be what the unfused sequence leaves, for every
+// cache type, a partial rotation and a position outside the cache (no cache write).
+TEST(CudaFusion, QkvProductWithRopeAndCacheWriteMatchesTheUnfusedSequence) {
+  REQUIRE_GPU();
+  GraphExecutor exec(backend);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int64_t heads = 8, kv_heads = 2, hd = 64, k = 512, ctx = 16;
+  const int64_t n = (heads + 2 * kv_heads) * hd;
+  for (DType type : {DType::q4_0, DType::f16}) {
+    for (DType cache_type : {DType::f16, DType::f32, DType::bf16}) {
+      for (int32_t position : {5, 15, 16}) {
+        for (int32_t rotary : {0, 32}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(type) << " cache " << dtype_name(cache_type) << " position "
+                                            << position << " rotary " << rotary);
+          TensorView x = poisoned_tensor(*backend, Shape{1, k});
+          testing::upload_floats(x, testing::random_floats(static_cast<size_t>(k), seed + 1, -2.0f, 2.0f));
+          TensorView w = random_weights(*backend, type, n, k, seed + 3);
+          TensorView qkv = poisoned_tensor(*backend, Shape{1, n});
+          TensorView positions(backend->alloc(4), DType::i32, Shape{1}, 4);
+          positions.view.write(&position, 4);
+          const uint64_t cache_row = static_cast<uint64_t>(hd) * dtype_size(cache_type);
+          auto cache = [&] {
+            return TensorView(backend->alloc(cache_row * static_cast<uint64_t>(kv_heads * ctx)), cache_type,
+                              Shape{kv_heads, ctx, hd}, cache_row);
+          };
+          TensorView k_cache = cache(), v_cache = cache();
+          ops::RopeParams rope;
+          rope.rotary_dims = rotary;
+          rope.theta = 10000.0f;
+          auto slice = [&](int64_t from, int64_t heads_in) {
+            return TensorView(qkv.view.slice(static_cast<size_t>(from) * 4, static_cast<size_t>(heads_in * hd) * 4),
+                              DType::f32, Shape{1, heads_in, hd});
+          };
+          auto run = [&](bool fuse) {
+            for (const TensorView* t : {&qkv, &k_cache, &v_cache}) t->view.fill(testing::kPoisonByte);
+            GraphSession s = exec.begin_recorded();
+            s.matmul(x, w, qkv);
+            s.rope_kv_write(slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads),
+                            k_cache, v_cache, positions, rope);
+            const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
+            if (fuse) {
+              EXPECT_EQ(stats.fusions, 1u);
+            }
+            std::vector<uint8_t> kc(k_cache.view.size()), vc(v_cache.view.size());
+            k_cache.view.read(kc.data(), kc.size());
+            v_cache.view.read(vc.data(), vc.size());
+            return std::tuple{testing::download_floats(qkv), kc, vc};
+          };
+          const auto [plain_qkv, plain_k, plain_v] = run(false);
+          const auto [fused_qkv, fused_k, fused_v] = run(true);
+          EXPECT_EQ(fused_qkv, plain_qkv) << "q rotated in place, k and v as computed";
+          EXPECT_EQ(fused_k, plain_k) << "k cache";
+          EXPECT_EQ(fused_v, plain_v) << "v cache";
+          if (position >= ctx) {
+            EXPECT_TRUE(std::all_of(fused_k.begin(), fused_k.end(), [](uint8_t b) { return b == testing::kPoisonByte; }))
+                << "a position outside the cache writes nothing";
+          }
         }
       }
     }

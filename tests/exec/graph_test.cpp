@@ -2,6 +2,8 @@
 // fusion (counts asserted so an optimisation cannot silently stop applying).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "onepass/exec/captured_graph.h"
@@ -273,6 +275,52 @@ TEST(Fusion, RmsNormMulFusesExactlyWhereAllowed) {
     ComputeGraph g = session.take_graph();
     EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 3u);
     EXPECT_EQ(g.dispatch_count(), 3u);
+  }
+}
+
+// A consumer that writes the intermediate in place (as rope_kv_write rotates q where the
+// Q/K/V product left it) fuses only under a rule whose fused kernel writes what the
+// consumer leaves there (keeps_intermediate + consumer_updates_intermediate), and never
+// when it also writes outside the intermediate.
+TEST(Fusion, ConsumerUpdatingTheIntermediateFusesOnlyUnderARuleThatSaysSo) {
+  NormFixture f(DType::f32, 7, 333);
+  GraphExecutor exec(f.backend);
+  FusionRules updating;
+  for (const FusionRule& r : f.backend->fusion_rules().rules()) {
+    if (r.name != "rms_norm+mul") continue;
+    FusionRule copy = r;
+    copy.keeps_intermediate = true;
+    copy.consumer_updates_intermediate = true;
+    updating.add(copy);
+  }
+  ASSERT_FALSE(updating.empty());
+  auto in_place = [&](GraphSession& s) {
+    s.rms_norm(f.x, f.w, f.tmp, 1e-5f);
+    s.mul(f.tmp, f.s, f.tmp);
+  };
+  {  // The library's rule: the consumer writes the intermediate, no fusion.
+    GraphSession session = exec.begin_recorded();
+    in_place(session);
+    ComputeGraph g = session.take_graph();
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 0u);
+  }
+  {  // The updating rule: fused, and the fused dispatch writes the intermediate.
+    GraphSession session = exec.begin_recorded();
+    in_place(session);
+    ComputeGraph g = session.take_graph();
+    EXPECT_EQ(g.fuse(updating, f.backend->registry()), 1u);
+    const Dispatch& fused = *as_dispatch(g.nodes().back());
+    EXPECT_TRUE(std::any_of(fused.writes.begin(), fused.writes.end(),
+                            [&](const MemRange& r) { return r.contains(f.tmp.range()); }));
+  }
+  {  // A consumer writing partly outside the intermediate: no fusion under either rule.
+    TensorView two = f.backend->alloc_tensor(DType::f32, Shape{2 * f.rows, f.cols});
+    const TensorView first = two.rows_slice(0, f.rows), shifted = two.rows_slice(1, f.rows);
+    GraphSession session = exec.begin_recorded();
+    session.rms_norm(f.x, f.w, first, 1e-5f);
+    session.mul(first, f.s, shifted);
+    ComputeGraph g = session.take_graph();
+    EXPECT_EQ(g.fuse(updating, f.backend->registry()), 0u);
   }
 }
 

@@ -372,11 +372,12 @@ TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
       const double rtol = dtype_is_quantized(type) ? 3e-2 : 2e-3;
       expect_logits_near(got, std::vector<double>(lb.begin(), lb.end()), rtol, cat("step ", t));
     }
-    // Per layer: norm->QKV, O->residual, norm->gate/up, gate/up->SiLU, down->residual; and
-    // the final norm into the LM head.
-    EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(5 * c.layers + 1));
+    // Per layer: norm->QKV, QKV->RoPE + KV write (normal layout), O->residual,
+    // norm->gate/up, gate/up->SiLU, down->residual; and the final norm into the LM head.
+    ASSERT_FALSE(c.rope_neox);
+    EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 1));
     EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
-    EXPECT_EQ(a.decode_dispatches() + 5 * static_cast<size_t>(c.layers) + 1, b.decode_dispatches());
+    EXPECT_EQ(a.decode_dispatches() + 6 * static_cast<size_t>(c.layers) + 1, b.decode_dispatches());
   }
 }
 

@@ -26,6 +26,10 @@ struct FusionRule {
   /// The fused kernel still writes the producer's output (e.g. add + rms_norm keeps the
   /// residual sum), so it may stay live after the consumer.
   bool keeps_intermediate = false;
+  /// The consumer updates the intermediate in place (rope_kv_write rotates q where the
+  /// product left it); the fused kernel writes the value the consumer leaves. Only with
+  /// keeps_intermediate.
+  bool consumer_updates_intermediate = false;
 };
 
 class FusionRules {

@@ -8,7 +8,8 @@ namespace onepass::ops {
 /// Adds every fusion rule of the op library (RMS-norm -> mul, ...) to `rules`.
 void register_fusion_rules(FusionRules& rules);
 /// The rules around matrix-vector products (RMS-norm -> matvec, matvec -> residual add,
-/// gate/up matvec -> SiLU x mul); part of register_fusion_rules.
+/// gate/up matvec -> SiLU x mul, Q/K/V matvec -> RoPE + KV-cache write); part of
+/// register_fusion_rules.
 void register_matmul_fusion_rules(FusionRules& rules);
 
 }  // namespace onepass::ops

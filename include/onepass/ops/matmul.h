@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "onepass/core/dtype.h"
 #include "onepass/exec/kernel.h"
 
 namespace onepass {
@@ -52,8 +53,29 @@ struct MatmulArgs {
 ///   silu         out[m, j] = silu(w_j · x) * (w_{j+n} · x): w has 2n rows (gate, then up)
 ///   residual     out[m, j] += residual[m * residual_stride + j] (0: one broadcast row);
 ///                residual may be out itself
+///   rope         (rope.positions set) the product is one token's Q/K/V, [q | k | v] in
+///                out, and rope_kv_write (normal layout) is folded into the epilogue:
+///                see MatvecRope
 /// mm.n is the number of outputs per row of x. Launch shape: that of mv_<W>_f32 for the
 /// weight's rows.
+struct MatvecRope {
+  const int32_t* positions;   // [1]: the token's position; null when no RoPE is fused
+  const float* freq_factors;  // optional [rotary_dims / 2]
+  void* k_cache;              // [n_kv_head, ctx, head_dim] of cache_type
+  void* v_cache;
+  int64_t n_head;
+  int64_t n_kv_head;
+  int64_t head_dim;
+  int64_t ctx;
+  int32_t rotary_dims;
+  float theta;
+  float freq_scale;
+  DType cache_type;  // f32, f16 or bf16
+};
+/// With `rope`, out ends as rope_kv_write leaves the product's output: q rotated in place,
+/// k and v as computed; the rotated k and v go to the caches at the token's position (not
+/// written when it lies outside [0, ctx)). Each warp's output pair (2i, 2i + 1) is one
+/// RoPE pair, so the rotation needs no other warp.
 struct FusedMatvecArgs {
   MatmulArgs mm;
   const float* norm_weight;
@@ -61,6 +83,7 @@ struct FusedMatvecArgs {
   int32_t silu;
   const float* residual;
   int64_t residual_stride;
+  MatvecRope rope;
 };
 
 /// The op uses mv_* up to this many rows of x, mm_* beyond.

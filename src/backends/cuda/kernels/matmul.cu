@@ -16,6 +16,7 @@
 #include "onepass/ops/matmul.h"
 #include "quant_dot.cuh"
 #include "registration.h"
+#include "rope_math.cuh"
 #include "tile.cuh"
 
 namespace onepass::cuda {
@@ -34,6 +35,7 @@ struct MvFusion {
   bool silu = false;
   const float* residual = nullptr;
   int64_t residual_stride = 0;
+  const ops::MatvecRope* rope = nullptr;  // one token's Q/K/V: RoPE and KV-cache writes
 };
 
 __device__ __forceinline__ float4 load4(const float* p, bool vec) {
@@ -218,9 +220,61 @@ __device__ __forceinline__ MvRows mv_rows(const ops::MatmulArgs& a, const MvFusi
   return {(int64_t{blockIdx.x} * kMvWarps + warp) * per, int64_t{gridDim.x} * kMvWarps * per, per};
 }
 
-// Warp sums and the fused epilogue: out[m, j] (+ residual), or silu(gate) * up.
+template <DType C>
+__device__ __forceinline__ void store_cache_pair(void* cache, int64_t at, float y0, float y1) {
+  auto* c = static_cast<typename Elem<C>::storage*>(cache) + at;
+  c[0] = Elem<C>::store(y0);
+  c[1] = Elem<C>::store(y1);
+}
+
+// Whether outputs j0, j0 + 1 of a Q/K/V product with rope_kv_write folded in are a RoPE
+// pair (of a q or k head, within the rotary dimensions).
+__device__ __forceinline__ bool rope_rotates(const ops::MatvecRope& r, int64_t j0) {
+  return j0 < (r.n_head + r.n_kv_head) * r.head_dim && j0 % r.head_dim < r.rotary_dims;
+}
+
+// cos and sin of the RoPE pair j0, j0 + 1, computed when a warp starts on its outputs so
+// that powf and sincosf overlap the weight loads instead of following the reduction.
+__device__ __forceinline__ float2 rope_pair_cos_sin(const MvFusion& f, int64_t j0) {
+  if (!f.rope || !rope_rotates(*f.rope, j0)) return make_float2(1.0f, 0.0f);
+  const ops::MatvecRope& r = *f.rope;
+  return rope_cos_sin(*r.positions, j0 % r.head_dim / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors);
+}
+
+// The epilogue of a one-token Q/K/V product with rope_kv_write folded in (MatvecRope):
+// outputs j0 and j0 + 1 (j0 even) are one RoPE pair of a q or k head, or two values of a
+// v head. out ends as the unfused sequence leaves it (q rotated in place, k and v as
+// computed); rotated k and v go to the caches at the token's position. cs: the pair's
+// rope_pair_cos_sin.
+__device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const ops::MatvecRope& r, int64_t j0, float v0,
+                                              float v1, float2 cs) {
+  const int64_t q_dim = r.n_head * r.head_dim;
+  const int64_t k_end = q_dim + r.n_kv_head * r.head_dim;
+  const int64_t d = j0 % r.head_dim;
+  const int32_t position = *r.positions;
+  float y0 = v0, y1 = v1;
+  if (rope_rotates(r, j0)) rope_apply(v0, v1, cs, y0, y1);
+  const bool is_q = j0 < q_dim;
+  a.out[j0] = is_q ? y0 : v0;
+  a.out[j0 + 1] = is_q ? y1 : v1;
+  if (is_q || position < 0 || position >= r.ctx) return;  // device data: never write outside
+  const bool is_k = j0 < k_end;
+  const int64_t head = (j0 - (is_k ? q_dim : k_end)) / r.head_dim;
+  void* cache = is_k ? r.k_cache : r.v_cache;
+  const int64_t at = (head * r.ctx + position) * r.head_dim + d;
+  if (r.cache_type == DType::f16) {
+    store_cache_pair<DType::f16>(cache, at, y0, y1);
+  } else if (r.cache_type == DType::bf16) {
+    store_cache_pair<DType::bf16>(cache, at, y0, y1);
+  } else {
+    store_cache_pair<DType::f32>(cache, at, y0, y1);
+  }
+}
+
+// Warp sums and the fused epilogue: out[m, j] (+ residual), or silu(gate) * up, or RoPE
+// and the KV-cache writes.
 __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0,
-                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp]) {
+                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp], float2 rope_cs) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int m = 0; m < kMvMaxRows; ++m) {
@@ -233,6 +287,8 @@ __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusio
       float v = v0 / (1.0f + __expf(-v0)) * v1;
       if (f.residual) v += f.residual[m * f.residual_stride + j0];
       a.out[m * a.out_stride + j0] = v;
+    } else if (f.rope) {
+      mv_store_rope(a, *f.rope, j0, v0, v1, rope_cs);
     } else {
 #pragma unroll
       for (int r = 0; r < kMvRowsPerWarp; ++r) {
@@ -260,23 +316,6 @@ constexpr int mv_stage_words() {
   using F = quantdot::Format<W>;
   constexpr int bytes = 32 / F::kUnits * F::kBlockBytes;
   return (bytes + 15) / 16 + 1;
-}
-
-// Weights are read-only for the whole pass, so a block may start pulling the rows of its
-// first iteration into L2 before waiting for its predecessor (bytes from `from` on: the
-// ones before are loaded into registers): with programmatic dependent launch that
-// overlaps the previous kernel instead of following it.
-__device__ __forceinline__ void prefetch_first_rows(const ops::MatmulArgs& a, const MvFusion& f, int64_t from) {
-  const MvRows rows_of = mv_rows(a, f);
-  if (rows_of.first >= a.n) return;
-  const int lane = threadIdx.x & 31;
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  for (int r = 0; r < kMvRowsPerWarp; ++r) {
-    const uint8_t* row = w + mv_weight_row(a, f, rows_of.first, r) * a.w_row_bytes;
-    for (int64_t off = (from & ~int64_t{127}) + int64_t{lane} * 128; off < a.w_row_bytes; off += 32 * 128) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
-    }
-  }
 }
 
 template <DType W>
@@ -329,15 +368,17 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     if (chunks > 1) load_chunk(1, ring1);
   };
   // Weights are read-only for the whole pass: the first chunks of this warp's first rows
-  // are loaded into registers (and the rest of those rows pulled into L2) before waiting
-  // for the predecessor, so the weight latency overlaps its tail and the x staging below.
+  // are loaded into registers before waiting for the predecessor, so the weight latency
+  // overlaps its tail and the x staging below. (Pulling the rest of those rows into L2
+  // as well measured 2-4% slower on the llama-1b block formats: the prefetches compete
+  // with the predecessor's own weight stream.)
   if (rows_of.first < a.n) load_first_chunks(rows_of.first);
-  prefetch_first_rows(a, f, 2 * kChunkBytes);
   pdl_wait();
   quantize_x_to_smem(a, f, inv_rms, scratch, xs);
   __syncthreads();
 
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
+    const float2 rope_cs = rope_pair_cos_sin(f, j0);
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -378,7 +419,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     }
     // The next rows' first chunks are in flight during this iteration's sums and stores.
     if (j0 + rows_of.step < a.n) load_first_chunks(j0 + rows_of.step);
-    mv_store(a, f, j0, acc);
+    mv_store(a, f, j0, acc, rope_cs);
   }
 }
 
@@ -452,6 +493,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   }
   __syncthreads();
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
+    const float2 rope_cs = rope_pair_cos_sin(f, j0);
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -513,7 +555,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
         }
       }
     }
-    mv_store(a, f, j0, acc);
+    mv_store(a, f, j0, acc, rope_cs);
   }
 }
 
@@ -528,7 +570,8 @@ __global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_den
 }
 
 __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
-  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride};
+  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride,
+                  f.rope.positions != nullptr ? &f.rope : nullptr};
 }
 
 template <DType W>

@@ -1,10 +1,12 @@
 // CUDA kernels: rope_kv_write_<C> and rope_kv_write_neox_<C>. One block per (token, head
 // row): q rows rotate in place, k rows rotate into the cache, v rows copy into it. Angles
-// in f32 in the order of rope_<T> (powf, factor, position, sincosf), so the fused and the
-// unfused paths round alike.
+// in f32 in the order of rope_<T> (powf, factor, position, sincosf; rope_math.cuh), so the
+// fused and the unfused paths round alike. (mv_<W>_f32_fused folds this op into a
+// one-token Q/K/V product for the normal layout.)
 #include "common.cuh"
 #include "onepass/ops/rope.h"
 #include "registration.h"
+#include "rope_math.cuh"
 
 namespace onepass::cuda {
 namespace {
@@ -27,18 +29,11 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
     const float* k = a.k + (token * a.n_kv_head + kh) * a.k_stride;
     S* kc = is_k ? static_cast<S*>(a.k_cache) + (kh * a.ctx + position) * a.cache_stride : nullptr;
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-      const float exponent = -static_cast<float>(2 * i) / static_cast<float>(a.rotary_dims);
-      float inv_freq = powf(a.theta, exponent) * a.freq_scale;
-      if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
-      const float angle = static_cast<float>(position) * inv_freq;
-      float s, c;
-      sincosf(angle, &s, &c);
       const int64_t i0 = kNeox ? i : 2 * i;
       const int64_t i1 = kNeox ? i + half : 2 * i + 1;
       const float* x = is_q ? q : k;
-      const float x0 = x[i0], x1 = x[i1];
-      const float y0 = x0 * c - x1 * s;
-      const float y1 = x0 * s + x1 * c;
+      float y0, y1;
+      rope_apply(x[i0], x[i1], rope_cos_sin(position, i, a.rotary_dims, a.theta, a.freq_scale, a.freq_factors), y0, y1);
       if (is_q) {
         q[i0] = y0;
         q[i1] = y1;
