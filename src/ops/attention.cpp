@@ -119,7 +119,7 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
   require_dtype(kv_length, DType::i32, op, "kv_length");
   check(kv_length.numel() == 1, op, "kv_length has shape ", kv_length.shape.str(),
         ", expected one value");
-  const int64_t chunks = ops::flash_decode_chunks(ctx);
+  const int64_t chunks = ops::flash_decode_chunks(params.n_head, ctx);
   const size_t need = ops::flash_decode_scratch_bytes(params.n_head, ctx, params.head_dim);
   check(static_cast<bool>(scratch), op, "scratch has no buffer");
   check(scratch.size() >= need, op, "scratch has ", scratch.size(), " bytes, expected at least ",
@@ -164,6 +164,7 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
   // scratch); without auto barriers the op still owes its own internal barrier.
   if (!backend().options().auto_barrier) barrier();
   LaunchDims merge_dims = row_dims(backend(), params.n_head, params.head_dim);
+  if (!on_cpu(backend())) merge_dims.block.x = kCudaAttentionThreads;
   const Kernel& merge_kernel = backend().registry().get("flash_decode_merge");
   Dispatch merge(merge_kernel, merge_dims, args, OpKind::attention, "flash_decode_merge");
   merge.read(partials).write(out);

@@ -166,8 +166,11 @@ ONEPASS_OP_CASES(attention) {
     const std::string ct(dtype_name(cache_type));
     for (const HeadConfig& heads : kHeadConfigs) {
       for (int32_t hd : kHeadDims) {
-        // KV lengths 1, 7 (a second, empty chunk) and 4097 (17 chunks, one key in the last).
-        for (auto [kv_length, ctx] : {std::pair{1, 5}, std::pair{7, 300}, std::pair{4097, 4100}}) {
+        // The valid keys are shared among the chunks (flash_decode_chunks: 1 for ctx 5, 5
+        // for ctx 300, 17 or more for ctx 4100): one chunk; 3 keys over 5 chunks (two of
+        // them empty); 7 keys; a full cache of 4097 keys.
+        for (auto [kv_length, ctx] :
+             {std::pair{1, 5}, std::pair{3, 300}, std::pair{7, 300}, std::pair{4097, 4100}}) {
           cases.push_back(
               {cat("flash_decode/", ct, "/", heads.name, "_hd", hd, "/kv", kv_length, "_ctx", ctx),
                [=](OpContext& c) { run_flash_decode(c, heads, hd, ctx, kv_length, cache_type); }});
@@ -234,7 +237,7 @@ ONEPASS_OP_CASES(attention) {
     run_flash_decode(c, kHeadConfigs[1], 64, 513, 300, DType::bf16);  // the GQA kernel with bf16
   }});
   cases.push_back({"flash_decode/f16/6h2kv_hd64/kv256_ctx512", [](OpContext& c) {
-    run_flash_decode(c, kHeadConfigs[1], 64, 512, 256, DType::f16);  // exactly one full chunk
+    run_flash_decode(c, kHeadConfigs[1], 64, 512, 256, DType::f16);  // 8 chunks of 32 keys
   }});
   cases.push_back({"flash_decode/f16/8h1kv_hd64/kv0", [](OpContext& c) {
     run_flash_decode(c, kHeadConfigs[2], 64, 300, 0, DType::f16);  // no key: zeros
@@ -331,6 +334,32 @@ TEST(AttentionValidation, RejectsBadArguments) {
            b.alloc_tensor(DType::f16, {4, 40, 64}), b.alloc_tensor(DType::i32, {5}),
            b.alloc_tensor(DType::f32, {5, 8, 64}), p);
   });
+}
+
+TEST(FlashDecodeChunks, ShareTheValidKeysWithinTheLimits) {
+  for (int64_t n_head : {1, 9, 32, 64, 600}) {
+    for (int64_t ctx : {1, 5, 64, 145, 256, 257, 641, 4096, 4100, 131072}) {
+      const int64_t chunks = ops::flash_decode_chunks(n_head, ctx);
+      ASSERT_GE(chunks, 1) << n_head << " heads, ctx " << ctx;
+      // Never coarser than kFlashDecodeChunk keys, never finer than kFlashDecodeMinChunk
+      // unless the cache needs it, and within one wave unless the cache needs more.
+      EXPECT_GE(chunks * ops::kFlashDecodeChunk, ctx);
+      const int64_t fewest = (ctx + ops::kFlashDecodeChunk - 1) / ops::kFlashDecodeChunk;
+      EXPECT_LE(chunks, std::max(fewest, (ctx + ops::kFlashDecodeMinChunk - 1) / ops::kFlashDecodeMinChunk));
+      EXPECT_LE(chunks, std::max(fewest, ops::kFlashDecodeWave / n_head));
+      for (int64_t length : {int64_t{0}, int64_t{1}, ctx / 3, ctx - 1, ctx}) {
+        if (length < 0) continue;
+        EXPECT_EQ(ops::flash_decode_chunk_begin(0, length, chunks), 0);
+        EXPECT_EQ(ops::flash_decode_chunk_begin(chunks, length, chunks), length);
+        for (int64_t c = 0; c < chunks; ++c) {
+          const int64_t keys = ops::flash_decode_chunk_begin(c + 1, length, chunks) -
+                               ops::flash_decode_chunk_begin(c, length, chunks);
+          ASSERT_GE(keys, 0);
+          ASSERT_LE(keys, ops::kFlashDecodeChunk) << n_head << " heads, ctx " << ctx << ", length " << length;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace onepass::testing

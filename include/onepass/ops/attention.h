@@ -17,19 +17,44 @@ struct AttentionParams {
   int32_t head_dim = 0;
 };
 
-/// Keys per flash-decoding chunk: one (head, chunk) partial result each.
+/// Most keys of one flash-decoding partial: a full cache needs at least
+/// ctx / kFlashDecodeChunk chunks.
 inline constexpr int64_t kFlashDecodeChunk = 256;
+/// Fewest keys of a partial worth a block of its own: short caches are still split this
+/// finely, so that a few hundred keys are spread over several blocks (and over all four
+/// warps of each) instead of one block walking them in sequence.
+inline constexpr int64_t kFlashDecodeMinChunk = 64;
+/// (head, chunk) blocks that one wave of the CUDA kernel holds on the GPUs we target (4
+/// resident blocks per SM, 132 SMs): a cache is split finer only while the blocks fit.
+/// A constant, not the device's figure, so the CPU and CUDA kernels split alike.
+inline constexpr int64_t kFlashDecodeWave = 512;
 
-/// Number of chunks for a cache of `ctx` positions (depends on the capacity only, never
-/// on the valid length, so a recorded graph stays valid as the length grows).
-inline int64_t flash_decode_chunks(int64_t ctx) {
-  return (ctx + kFlashDecodeChunk - 1) / kFlashDecodeChunk;
+/// Number of chunks for n_head query heads over a cache of `ctx` positions: between
+/// ctx / kFlashDecodeChunk and ctx / kFlashDecodeMinChunk (rounded up), as many as one
+/// wave allows. Depends on the capacity only, never on the valid length, so a recorded
+/// graph stays valid as the length grows.
+inline int64_t flash_decode_chunks(int64_t n_head, int64_t ctx) {
+  const int64_t fewest = (ctx + kFlashDecodeChunk - 1) / kFlashDecodeChunk;
+  const int64_t finest = (ctx + kFlashDecodeMinChunk - 1) / kFlashDecodeMinChunk;
+  const int64_t wave = kFlashDecodeWave / (n_head > 0 ? n_head : 1);
+  const int64_t chunks = finest < wave ? finest : wave;
+  return chunks > fewest ? chunks : fewest;
+}
+
+/// First key of chunk c when `length` keys are valid: the valid keys are shared evenly
+/// among the chunks (chunk c covers [begin(c), begin(c + 1))), so the blocks share the work
+/// at any length, and none gets more than kFlashDecodeChunk keys. (Host and device.)
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t flash_decode_chunk_begin(int64_t chunk, int64_t length, int64_t chunks) {
+  return chunk * length / chunks;
 }
 
 /// Bytes of scratch GraphSession::flash_decode needs: per (head, chunk) a head_dim f32
 /// accumulator, a running max and a sum of exponentials.
 inline size_t flash_decode_scratch_bytes(int64_t n_head, int64_t ctx, int64_t head_dim) {
-  const int64_t partials = n_head * flash_decode_chunks(ctx);
+  const int64_t partials = n_head * flash_decode_chunks(n_head, ctx);
   return static_cast<size_t>(partials * (head_dim + 2)) * sizeof(float);
 }
 
@@ -69,18 +94,19 @@ struct SdpaArgs {
 /// (chunk fastest), one block per (query head, chunk); CPU grid {chunks, n_kv_head}, one
 /// block per (kv head, chunk) covering the group's query heads. With
 /// L = clamp(*kv_length, 0, ctx), chunk c covers keys
-/// [c * kFlashDecodeChunk, min((c + 1) * kFlashDecodeChunk, L)) and writes the partial
+/// [flash_decode_chunk_begin(c, L, chunks), flash_decode_chunk_begin(c + 1, L, chunks))
+/// and writes the partial
 /// result of each of its heads to scratch (layout below): m = max of the scaled scores,
 /// l = sum exp(s - m), acc = sum exp(s - m) * v. A chunk with no valid key writes
 /// m = -inf, l = 0 and leaves acc unwritten.
 ///
 /// Kernel flash_decode_merge: grid {n_head}, one block per head; reads only scratch and
 /// writes out[h] = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c,
-/// skipping partials with l = 0 (never reading their acc); a head with no valid key
-/// (L = 0) gives zeros.
+/// skipping partials with l = 0 (never using their acc, which
+/// was not written); a head with no valid key (L = 0) gives zeros.
 ///
 /// Scratch layout (f32): acc [n_head, chunks, head_dim], then m [n_head, chunks], then
-/// l [n_head, chunks]. CUDA: blockDim a multiple of 32 for both kernels.
+/// l [n_head, chunks]. CUDA: blockDim a multiple of 32, at most 128, for both kernels.
 struct FlashDecodeArgs {
   const float* q;
   const void* k;

@@ -206,8 +206,8 @@ void flash_decode_kernel(const void* raw, const LaunchDims&, uint64_t first, uin
     float* acc = a.scratch + (first_head * a.chunks + chunk) * a.head_dim;
     float* max_out = a.scratch + partials * a.head_dim + first_head * a.chunks + chunk;
     float* sum_out = max_out + partials;
-    const int64_t begin = chunk * ops::kFlashDecodeChunk;
-    const int64_t stop = std::min(begin + ops::kFlashDecodeChunk, length);
+    const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, a.chunks);
+    const int64_t stop = ops::flash_decode_chunk_begin(chunk + 1, length, a.chunks);
     if (begin >= stop) {  // empty partial; acc stays unwritten
       for (int64_t h = 0; h < group; ++h) {
         max_out[h * a.chunks] = kNegInf;

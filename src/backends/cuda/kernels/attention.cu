@@ -2,8 +2,8 @@
 // for KV caches of type C in f32, f16, bf16. q, out, scores and sums are f32.
 //
 // sdpa and flash_decode share one block-level routine. A block (4 warps) owns one query
-// head and a key range; warp w takes the 64-key tiles w, w + warps, ... of the range
-// (for flash_decode: one tile of the 256-key chunk) and keeps its own online softmax
+// head and a key range; the range's stages (16 keys of a 64-value f16 head) are dealt to
+// the warps in turn, and each warp keeps its own online softmax
 // state (max m, sum l, accumulator). Each warp streams its keys through a private ring
 // of shared-memory stages filled with 16-byte cp.async copies, so that the bytes in
 // flight do not depend on registers; `lanes` lanes share one key, each holding 16 bytes
@@ -22,7 +22,7 @@ namespace {
 
 constexpr int kMaxWarps = 4;  // blockDim.x <= 128: the op launches 128 (registered max)
 constexpr int kMaxThreads = kMaxWarps * 32;
-constexpr int kWarpKeys = 64;  // keys per warp tile: a 256-key chunk is one tile per warp
+constexpr int kWarpKeys = 64;  // most keys per stage; keys per tile of the scalar fallback
 constexpr int kMaxHeadDim = 512;
 constexpr int kStages = 3;         // depth of each warp's copy ring
 constexpr int kStageBytes = 2048;  // K rows of one stage (and as many V bytes)
@@ -263,24 +263,17 @@ struct WarpAttention {
   }
 };
 
-// Walks a warp's stages: its 64-key tiles w, w + warps, ... of the range, stage_keys
-// keys at a time (stage_keys divides 64). The keys only grow, so the stages are valid
-// while first < end.
+// Walks a warp's stages: the stages of the range are dealt to the warps in turn (warp w
+// takes stages w, w + warps, ...), so that a short range still keeps every warp busy and
+// no warp walks more than its share in sequence. The keys only grow, so the stages are
+// valid while first < end.
 struct StageCursor {
   int64_t first;
-  int within;  // keys of the current tile before this stage
 
-  __device__ __forceinline__ void advance(int stage_keys, int warps) {
-    first += stage_keys;
-    within += stage_keys;
-    if (within == kWarpKeys) {  // on to this warp's next tile
-      within = 0;
-      first += int64_t{warps - 1} * kWarpKeys;
-    }
-  }
+  __device__ __forceinline__ void advance(int stage_keys, int warps) { first += int64_t{warps} * stage_keys; }
 };
 
-// Every warp attends over its tiles of keys [begin, end) of one KV head and leaves its
+// Every warp attends over its stages of keys [begin, end) of one KV head and leaves its
 // state (m, l, acc[0, head_dim)) in shared memory; ends with a barrier. Called by every
 // thread of the block.
 template <DType C>
@@ -300,7 +293,7 @@ __device__ __forceinline__ void attend_warps(const float* q_row, const typename 
   };
   // Only warp-level synchronisation from here to the final barrier. One commit group per
   // stage (empty past the last), so wait_group<kStages - 1> means "stage t has landed".
-  StageCursor ahead{begin + int64_t{warp} * kWarpKeys, 0};
+  StageCursor ahead{begin + int64_t{warp} * w.stage_keys};
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
     if (ahead.first < end) {
@@ -310,7 +303,7 @@ __device__ __forceinline__ void attend_warps(const float* q_row, const typename 
     cp_async_commit();
     ahead.advance(w.stage_keys, warps);
   }
-  StageCursor stage{begin + int64_t{warp} * kWarpKeys, 0};
+  StageCursor stage{begin + int64_t{warp} * w.stage_keys};
   for (int t = 0; stage.first < end; ++t) {
     // Refills the slot read in iteration t - 1 (every lane passed that iteration's
     // __syncwarp, so it is free).
@@ -508,9 +501,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (chunk >= a.chunks || head >= a.n_head) return;  // whole block, before any barrier
   const int64_t kv_head = head / (a.n_head / a.n_kv_head);
   const int64_t length = *a.kv_length < 0 ? 0 : (*a.kv_length > a.ctx ? a.ctx : *a.kv_length);
-  const int64_t begin = chunk * ops::kFlashDecodeChunk;
-  const int64_t end =
-      begin + ops::kFlashDecodeChunk < length ? begin + ops::kFlashDecodeChunk : length;
+  const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, a.chunks);
+  const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, a.chunks);
   // Partial (head, chunk) sits at index head * chunks + chunk of each scratch array.
   const int64_t partials = a.n_head * a.chunks;
   const int64_t index = head * a.chunks + chunk;
@@ -550,25 +542,33 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // Chunks whose merge weights sit in shared memory at a time.
 constexpr int kMergeBatch = 256;
-// Output values per thread and pass: row_dims() gives blockDim >= head_dim / 4.
-constexpr int kMergeValues = 4;
+// Output values per lane and pass (values d0 + lane + 32 k): a 64-value head in one pass.
+constexpr int kMergeValues = 2;
+// Chunks a warp loads before it uses any: the partials' L2 round trips overlap.
+constexpr int kMergeUnroll = 8;
 
-// Grid {n_head} (row_dims(): a whole number of warps): block = one head.
-__global__ void flash_decode_merge_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
+// Grid {n_head}, block kMaxThreads (the op launches 128): block = one head. The warps take
+// the chunks in turn, each loading kMergeUnroll chunks' values before using them, and
+// their sums are added in shared memory in warp order (deterministic).
+__global__ void __launch_bounds__(kMaxThreads) flash_decode_merge_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
   __shared__ float scratch[32];
   __shared__ float chunk_weight[kMergeBatch];
+  __shared__ float warp_acc[kMaxWarps][32 * kMergeValues];
   pdl_wait();
   const int64_t head = blockIdx.x;
   if (head >= a.n_head) return;  // whole block, before any barrier
-  const int64_t tid = threadIdx.x;
-  const int64_t threads = blockDim.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warps = threads >> 5;
   const int64_t partials = a.n_head * a.chunks;
   const float* maxes = a.scratch + partials * a.head_dim + head * a.chunks;
   const float* sums = maxes + partials;
   const float* accs = a.scratch + head * a.chunks * a.head_dim;
   float* out = a.out + head * a.out_stride;
 
-  // Empty partials (l = 0) are skipped, never multiplied: their acc was not written.
+  // Empty partials (l = 0) get weight 0 and their acc, never written, is never used.
   float max = -INFINITY;
   for (int64_t c = tid; c < a.chunks; c += threads) {
     if (sums[c] > 0.0f) max = fmaxf(max, maxes[c]);
@@ -585,33 +585,51 @@ __global__ void flash_decode_merge_kernel(const __grid_constant__ ops::FlashDeco
   total = block_sum(total, scratch);
   const float inv = 1.0f / total;
 
-  // Values d0 + tid + k * threads (k < kMergeValues) per pass; one pass with row_dims().
-  for (int64_t d0 = 0; d0 < a.head_dim; d0 += kMergeValues * threads) {
+  for (int64_t d0 = 0; d0 < a.head_dim; d0 += 32 * kMergeValues) {
     float acc[kMergeValues] = {};
     for (int64_t c0 = 0; c0 < a.chunks; c0 += kMergeBatch) {
       const int n = static_cast<int>(a.chunks - c0 < kMergeBatch ? a.chunks - c0 : kMergeBatch);
       __syncthreads();  // every thread is done with the previous batch's weights
-      for (int i = static_cast<int>(tid); i < n; i += static_cast<int>(threads)) {
+      for (int i = tid; i < n; i += threads) {
         chunk_weight[i] = sums[c0 + i] > 0.0f ? expf(maxes[c0 + i] - max) : 0.0f;
       }
       __syncthreads();
-#pragma unroll 4
-      for (int i = 0; i < n; ++i) {
-        const float w = chunk_weight[i];
-        if (w == 0.0f) continue;  // empty (or negligible) partial: its acc is not read
-        const float* src = accs + (c0 + i) * a.head_dim;
+      for (int i0 = warp; i0 < n; i0 += warps * kMergeUnroll) {
+        float weight[kMergeUnroll];
+        float value[kMergeUnroll][kMergeValues];
 #pragma unroll
-        for (int k = 0; k < kMergeValues; ++k) {
-          const int64_t d = d0 + tid + k * threads;
-          if (d < a.head_dim) acc[k] = fmaf(src[d], w, acc[k]);
+        for (int u = 0; u < kMergeUnroll; ++u) {
+          const int i = i0 + u * warps;
+          weight[u] = i < n ? chunk_weight[i] : 0.0f;
+          const float* src = accs + (c0 + (i < n ? i : 0)) * a.head_dim;
+#pragma unroll
+          for (int k = 0; k < kMergeValues; ++k) {
+            const int64_t d = d0 + lane + 32 * k;
+            value[u][k] = d < a.head_dim ? src[d] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kMergeUnroll; ++u) {
+#pragma unroll
+          for (int k = 0; k < kMergeValues; ++k) {
+            // A zero weight (empty or negligible partial) is skipped, not multiplied:
+            // an unwritten acc may hold anything, NaN included.
+            if (weight[u] != 0.0f) acc[k] = fmaf(value[u][k], weight[u], acc[k]);
+          }
         }
       }
     }
 #pragma unroll
-    for (int k = 0; k < kMergeValues; ++k) {
-      const int64_t d = d0 + tid + k * threads;
-      if (d < a.head_dim) out[d] = acc[k] * inv;
+    for (int k = 0; k < kMergeValues; ++k) warp_acc[warp][lane + 32 * k] = acc[k];
+    __syncthreads();
+    for (int t = tid; t < 32 * kMergeValues; t += threads) {
+      const int64_t d = d0 + t;
+      if (d >= a.head_dim) continue;
+      float value = 0.0f;
+      for (int w = 0; w < warps; ++w) value += warp_acc[w][t];
+      out[d] = value * inv;
     }
+    __syncthreads();  // warp_acc is read before the next pass overwrites it
   }
 }
 
