@@ -47,6 +47,14 @@ __device__ __forceinline__ float4 load4(const float* p, bool vec) {
 // L2 round trip per kXBatch * blockDim * 4 values (a loop with a shuffle per value
 // serialised one round trip per pass: ~10 us for K = 8192).
 constexpr int kXBatch = 4;
+static_assert(kXBatch % 2 == 0, "x is staged in pairs of float4");
+
+// The float4 of x that a thread takes as element j of the batch at `base`: pairs of
+// adjacent float4 per thread (still whole 1 KB spans per warp and pair), so that four
+// threads hold one 32-value quantization group.
+__device__ __forceinline__ int64_t x_batch_index(int64_t base, int j) {
+  return base + int64_t{j >> 1} * 2 * blockDim.x + 2 * threadIdx.x + (j & 1);
+}
 
 struct XQuantSmem {
   int8_t* q;       // [M * K]
@@ -63,7 +71,7 @@ __device__ __forceinline__ void load_x_batch(const ops::MatmulArgs& a, const MvF
   float4 w[kXBatch];
 #pragma unroll
   for (int j = 0; j < kXBatch; ++j) {
-    const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+    const int64_t i = x_batch_index(base, j);
     e[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
     w[j] = f.norm_weight && i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
   }
@@ -117,7 +125,7 @@ __device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const Mv
   float4 w[kXBatch];
 #pragma unroll
   for (int j = 0; j < kXBatch; ++j) {
-    const int64_t i = int64_t{j} * blockDim.x + threadIdx.x;
+    const int64_t i = x_batch_index(0, j);
     e[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
     w[j] = i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
   }
@@ -154,24 +162,25 @@ __device__ __forceinline__ void for_each_x_batch(const ops::MatmulArgs& a, const
   }
 }
 
-// Quantizes x (normalised when a norm is fused) to int8 per 32 values: 8 adjacent threads
-// own one group, 4 values each, so the reductions are three shuffles deep.
+// Quantizes x (normalised when a norm is fused) to int8 per 32 values: 4 adjacent threads
+// own one group, two float4 each (x_batch_index), so the reductions are two shuffles deep.
 __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
                                                    float* scratch, XQuantSmem s) {
   const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
   const auto quantize = [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
 #pragma unroll
-    for (int j = 0; j < kXBatch; ++j) {
-      const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;  // groups: all or none valid
-      const float e[4] = {batch[j].x, batch[j].y, batch[j].z, batch[j].w};
-      float amax = fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3])));
+    for (int j = 0; j < kXBatch; j += 2) {
+      const int64_t i = x_batch_index(base, j);  // even; groups: all or none valid
+      const float e[8] = {batch[j].x,     batch[j].y,     batch[j].z,     batch[j].w,
+                          batch[j + 1].x, batch[j + 1].y, batch[j + 1].z, batch[j + 1].w};
+      float amax = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) amax = fmaxf(amax, fabsf(e[c]));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-      float half = e[0] + e[1] + e[2] + e[3];
-      half += __shfl_xor_sync(0xffffffffu, half, 1);
-      half += __shfl_xor_sync(0xffffffffu, half, 2);  // values 0-15 (threads 0-3) or 16-31 (4-7)
-      const float other = __shfl_xor_sync(0xffffffffu, half, 4);
+      float half = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+      half += __shfl_xor_sync(0xffffffffu, half, 1);  // values 0-15 (threads 0-1) or 16-31 (2-3)
+      const float other = __shfl_xor_sync(0xffffffffu, half, 2);
       // Every block quantizes all of x, so these instructions are paid once per block
       // (measured: the arithmetic, not the loads, is most of the staging). 127 / amax comes
       // from the fast reciprocal: a value lying within ~1e-5 of a rounding midpoint may take
@@ -181,13 +190,15 @@ __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, con
       // Round to nearest (even) by adding 1.5 * 2^23: the integer lands in the low mantissa
       // bits, whose low byte is the int8 (|x * inv| < 127.5), so an FMA and byte permutes
       // replace the quarter-rate float-to-int conversions.
-      uint32_t u[4];
+      uint32_t u[8];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) u[c] = __float_as_uint(__fmaf_rn(e[c], inv, 12582912.0f));
-      const uint32_t packed = __byte_perm(__byte_perm(u[0], u[1], 0x0040), __byte_perm(u[2], u[3], 0x0040), 0x5410);
+      for (int c = 0; c < 8; ++c) u[c] = __float_as_uint(__fmaf_rn(e[c], inv, 12582912.0f));
+      const uint2 packed = make_uint2(
+          __byte_perm(__byte_perm(u[0], u[1], 0x0040), __byte_perm(u[2], u[3], 0x0040), 0x5410),
+          __byte_perm(__byte_perm(u[4], u[5], 0x0040), __byte_perm(u[6], u[7], 0x0040), 0x5410));
       if (i < k4) {
-        reinterpret_cast<uint32_t*>(s.q + m * a.k)[i] = packed;
-        if ((threadIdx.x & 7) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
+        reinterpret_cast<uint2*>(s.q + m * a.k)[i / 2] = packed;
+        if ((threadIdx.x & 3) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
       }
     }
   };
@@ -488,7 +499,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
     for_each_x_batch(a, f, true, inv_rms, scratch, [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
-        const int64_t i = base + int64_t{j} * blockDim.x + threadIdx.x;
+        const int64_t i = x_batch_index(base, j);
         if (i < k4) reinterpret_cast<float4*>(xs + m * a.k)[i] = batch[j];
       }
     });
