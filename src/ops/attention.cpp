@@ -149,12 +149,25 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
   args.out_stride = element_stride(out, op, "out");
   args.scale = params.scale;
 
-  // CPU: one block per (chunk, kv head) covering the group's query heads; CUDA: one
-  // block per (chunk, query head).
+  if (!on_cpu(backend())) {
+    // One cluster of chunk blocks per query head; the partials never leave the cluster.
+    args.chunks = ops::flash_decode_backend_chunks(true, params.n_head, ctx);
+    LaunchDims dims;
+    dims.grid.x = static_cast<uint32_t>(args.chunks);
+    dims.grid.y = static_cast<uint32_t>(params.n_head);
+    dims.block.x = kCudaAttentionThreads;
+    dims.shared_bytes = ops::flash_decode_cluster_shared_bytes(args.chunks, params.head_dim);
+    const Kernel& kernel = backend().registry().get(kernel_name("flash_decode_cluster", k.dtype));
+    Dispatch d(kernel, dims, args, OpKind::attention, "flash_decode");
+    d.read(q).read(k).read(v).read_early(kv_length).write(out);
+    dispatch(std::move(d));
+    return;
+  }
+
+  // CPU: one block per (chunk, kv head) covering the group's query heads.
   LaunchDims partial_dims;
   partial_dims.grid.x = static_cast<uint32_t>(chunks);
-  partial_dims.grid.y = static_cast<uint32_t>(on_cpu(backend()) ? params.n_kv_head : params.n_head);
-  if (!on_cpu(backend())) partial_dims.block.x = kCudaAttentionThreads;
+  partial_dims.grid.y = static_cast<uint32_t>(params.n_kv_head);
   const Kernel& partial_kernel = backend().registry().get(kernel_name(op, k.dtype));
   Dispatch partial(partial_kernel, partial_dims, args, OpKind::attention, "flash_decode");
   partial.read(q).read(k).read(v).read(kv_length).write(partials);
@@ -163,10 +176,9 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
   // The merge reads the partials: barrier inference orders it (read-after-write on
   // scratch); without auto barriers the op still owes its own internal barrier.
   if (!backend().options().auto_barrier) barrier();
-  LaunchDims merge_dims = row_dims(backend(), params.n_head, params.head_dim);
-  if (!on_cpu(backend())) merge_dims.block.x = kCudaAttentionThreads;
   const Kernel& merge_kernel = backend().registry().get("flash_decode_merge");
-  Dispatch merge(merge_kernel, merge_dims, args, OpKind::attention, "flash_decode_merge");
+  Dispatch merge(merge_kernel, row_dims(backend(), params.n_head, params.head_dim), args, OpKind::attention,
+                 "flash_decode_merge");
   merge.read(partials).write(out);
   dispatch(std::move(merge));
 }

@@ -12,6 +12,7 @@
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/counters.h"
 #include "onepass/exec/graph_session.h"
+#include "onepass/ops/attention.h"
 #include "onepass/ops/rope.h"
 #include "onepass/exec/profile.h"
 #include "onepass/core/half.h"
@@ -126,6 +127,26 @@ TEST(CudaBackend, BadLaunchShapeIsAnError) {
   d.write(out);
   CommandEncoder enc(*backend);
   EXPECT_THROW(enc.dispatch(d), Error);
+}
+
+TEST(CudaBackend, ClusterLaunchLargerThanAClusterIsAnError) {
+  REQUIRE_GPU();
+  // flash_decode_cluster runs each grid row as one cluster: more chunks than a cluster
+  // holds must be refused before the launch, naming the kernel.
+  const Kernel& kernel = backend->registry().get("flash_decode_cluster_f16");
+  ASSERT_TRUE(kernel.cluster_rows);
+  BufferView out = backend->alloc(64);
+  ops::FlashDecodeArgs args{};
+  LaunchDims dims{{kMaxClusterBlocks + 1, 1, 1}, {128, 1, 1}, 0};
+  Dispatch d(kernel, dims, args, OpKind::attention);
+  d.write(out);
+  CommandEncoder enc(*backend);
+  try {
+    enc.dispatch(d);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("flash_decode_cluster_f16"), std::string::npos) << e.what();
+  }
 }
 
 // A device fault poisons the CUDA context, so it runs in a child process (gtest

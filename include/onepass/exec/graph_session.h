@@ -163,7 +163,9 @@ class GraphSession {
   /// One query token q [n_head, head_dim] over caches k, v [n_kv_head, ctx, head_dim]
   /// with the number of valid keys read from kv_length (i32 [1]); split over the KV
   /// length, merged with log-sum-exp. `scratch` holds the partial results
-  /// (flash_decode_scratch_bytes()).
+  /// (flash_decode_scratch_bytes()) on the CPU; on CUDA one cluster kernel merges them in
+  /// shared memory and scratch is checked but unused (kv_length is read there before the
+  /// PDL wait, an early read: never launched early after a dispatch writing it).
   void flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& kv_length, const TensorView& out,
                     const BufferView& scratch, const ops::AttentionParams& params);

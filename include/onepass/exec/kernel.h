@@ -55,7 +55,14 @@ struct Kernel {
   /// touches global memory other dispatches may write, so it may be launched early with programmatic dependent
   /// launch (Hopper) and overlap its launch with the predecessor's tail.
   bool pdl = false;
+  /// CUDA: launched in thread-block clusters of {grid.x, 1, 1}, so that the blocks of one
+  /// row of the grid share distributed shared memory (sm_90); grid.x must be at most
+  /// kMaxClusterBlocks.
+  bool cluster_rows = false;
 };
+
+/// Largest cluster a Kernel::cluster_rows launch may ask for (the portable limit).
+inline constexpr uint32_t kMaxClusterBlocks = 8;
 
 /// Kernels of one backend by stable name ("rms_norm_f32", "mv_q4_0_f32", ...).
 class KernelRegistry {

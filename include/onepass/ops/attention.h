@@ -88,25 +88,48 @@ struct SdpaArgs {
   float scale;
 };
 
-/// The two dispatches of flash-decoding share this struct.
+/// Most chunks of one head on CUDA: the chunks of a head run as one thread-block cluster
+/// of at most 8 blocks (the portable size, kMaxClusterBlocks). Clusters of up to 16 (a
+/// non-portable size Hopper allows) measured slower at a 512-position cache.
+inline constexpr int64_t kCudaFlashDecodeClusterMax = 8;
+
+/// Chunks flash_decode splits a head's keys into on a backend: flash_decode_chunks, capped
+/// at kCudaFlashDecodeClusterMax on CUDA.
+inline int64_t flash_decode_backend_chunks(bool cuda, int64_t n_head, int64_t ctx) {
+  const int64_t chunks = flash_decode_chunks(n_head, ctx);
+  return cuda && chunks > kCudaFlashDecodeClusterMax ? kCudaFlashDecodeClusterMax : chunks;
+}
+
+/// Largest head the CUDA attention kernels compute (a larger one gives NaN outputs).
+inline constexpr int64_t kCudaAttentionMaxHeadDim = 512;
+/// Dynamic shared memory of flash_decode_cluster_<C>: the first block's slots, one partial
+/// (head_dim accumulators, m and l) per chunk; a head beyond kCudaAttentionMaxHeadDim keeps
+/// only m and l.
+inline uint32_t flash_decode_cluster_shared_bytes(int64_t chunks, int64_t head_dim) {
+  const int64_t dims = head_dim <= kCudaAttentionMaxHeadDim ? head_dim : 0;
+  return static_cast<uint32_t>(chunks * (dims + 2) * 4);
+}
+
+/// The dispatches of flash-decoding share this struct. With L = clamp(*kv_length, 0, ctx),
+/// chunk c of `chunks` covers keys
+/// [flash_decode_chunk_begin(c, L, chunks), flash_decode_chunk_begin(c + 1, L, chunks)); its
+/// partial result is m = max of the scaled scores, l = sum exp(s - m), acc = sum
+/// exp(s - m) * v (a chunk with no valid key: m = -inf, l = 0, no acc). The output is
+/// out[h] = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c, over the
+/// partials with l > 0; a head with no valid key (L = 0) gives zeros.
 ///
-/// Kernel flash_decode_<C> (C = cache type f32, f16, bf16): CUDA grid {chunks, n_head}
-/// (chunk fastest), one block per (query head, chunk); CPU grid {chunks, n_kv_head}, one
-/// block per (kv head, chunk) covering the group's query heads. With
-/// L = clamp(*kv_length, 0, ctx), chunk c covers keys
-/// [flash_decode_chunk_begin(c, L, chunks), flash_decode_chunk_begin(c + 1, L, chunks))
-/// and writes the partial
-/// result of each of its heads to scratch (layout below): m = max of the scaled scores,
-/// l = sum exp(s - m), acc = sum exp(s - m) * v. A chunk with no valid key writes
-/// m = -inf, l = 0 and leaves acc unwritten.
-///
+/// CPU, two dispatches. Kernel flash_decode_<C> (C = cache type f32, f16, bf16): grid
+/// {chunks, n_kv_head}, one block per (kv head, chunk) covering the group's query heads,
+/// writing the partials to scratch (layout below; acc left unwritten for an empty chunk).
 /// Kernel flash_decode_merge: grid {n_head}, one block per head; reads only scratch and
-/// writes out[h] = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c,
-/// skipping partials with l = 0 (never using their acc, which
-/// was not written); a head with no valid key (L = 0) gives zeros.
+/// writes out. Scratch layout (f32): acc [n_head, chunks, head_dim], then m [n_head,
+/// chunks], then l [n_head, chunks].
 ///
-/// Scratch layout (f32): acc [n_head, chunks, head_dim], then m [n_head, chunks], then
-/// l [n_head, chunks]. CUDA: blockDim a multiple of 32, at most 128, for both kernels.
+/// CUDA, one dispatch. Kernel flash_decode_cluster_<C>: grid {chunks, n_head} (chunks <=
+/// kCudaFlashDecodeClusterMax) launched in clusters of {chunks, 1, 1} (Kernel::cluster_rows),
+/// 128 threads, flash_decode_cluster_shared_bytes(chunks, head_dim) of dynamic shared
+/// memory; each block stores its partial into the cluster's first block, which merges them
+/// (scratch is not used). kv_length is read before the PDL wait.
 struct FlashDecodeArgs {
   const float* q;
   const void* k;

@@ -1,5 +1,6 @@
-// CUDA kernels: sdpa_<C>, flash_decode_<C> (per-chunk partials) and flash_decode_merge,
-// for KV caches of type C in f32, f16, bf16. q, out, scores and sums are f32.
+// CUDA kernels: sdpa_<C> and flash_decode_cluster_<C> (flash-decoding: chunk partials
+// merged inside a thread-block cluster), for KV caches of type C in f32, f16, bf16. q, out,
+// scores and sums are f32.
 //
 // sdpa and flash_decode share one block-level routine. A block (4 warps) owns one query
 // head and a key range; the range's stages (16 keys of a 64-value f16 head) are dealt to
@@ -10,6 +11,8 @@
 // of the row, and the q . k partial sums of 4 keys are reduced over those lanes with a
 // transposed shuffle reduction. At the end the warps' states are merged in shared
 // memory. Rows that are not 16-byte words, or longer than 32 words, take a scalar path.
+#include <cooperative_groups.h>
+
 #include <cstring>
 
 #include "common.cuh"
@@ -23,7 +26,7 @@ namespace {
 constexpr int kMaxWarps = 4;  // blockDim.x <= 128: the op launches 128 (registered max)
 constexpr int kMaxThreads = kMaxWarps * 32;
 constexpr int kWarpKeys = 64;  // most keys per stage; keys per tile of the scalar fallback
-constexpr int kMaxHeadDim = 512;
+constexpr int kMaxHeadDim = static_cast<int>(ops::kCudaAttentionMaxHeadDim);
 constexpr int kStages = 3;         // depth of each warp's copy ring
 constexpr int kStageBytes = 2048;  // K rows of one stage (and as many V bytes)
 constexpr int kWarpBytes = kStages * 2 * kStageBytes;
@@ -489,147 +492,81 @@ __global__ void __launch_bounds__(kMaxThreads)
     out[d] = merged_acc(sh, weight, d) * inv;
 }
 
-// Grid {chunks, n_head}: block = (chunk, query head); writes the chunk's partial result.
+// Grid {chunks, n_head} in clusters of {chunks, 1, 1}: block = (chunk, query head), as
+// many chunks as a cluster holds (kCudaFlashDecodeClusterMax). Each block attends over its
+// chunk of the valid keys and stores its partial (acc, m, l) straight into slot `chunk` of
+// the cluster's first block's dynamic shared memory (distributed shared memory: stores
+// that need no round trip); after one cluster barrier the first block merges the slots
+// from its own shared memory and writes the head's output. No partial goes through
+// global memory and no merge kernel follows.
 template <DType C>
 __global__ void __launch_bounds__(kMaxThreads)
-    flash_decode_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
+    flash_decode_cluster_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
   using S = typename Elem<C>::storage;
+  namespace cg = cooperative_groups;
   __shared__ AttentionShared sh;
-  pdl_wait();
+  extern __shared__ float slots[];  // [chunks][head_dim + 2]: acc, then m and l
+  const cg::cluster_group cluster = cg::this_cluster();
+  // Every block must have started before another stores into its shared memory: arrive
+  // now, wait just before the stores (long since complete by then).
+  cluster.barrier_arrive();
   const int64_t chunk = blockIdx.x;
   const int64_t head = blockIdx.y;
-  if (chunk >= a.chunks || head >= a.n_head) return;  // whole block, before any barrier
-  const int64_t kv_head = head / (a.n_head / a.n_kv_head);
-  const int64_t length = *a.kv_length < 0 ? 0 : (*a.kv_length > a.ctx ? a.ctx : *a.kv_length);
+  const bool fits = a.head_dim <= kMaxHeadDim;
+  const int64_t slot_dims = fits ? a.head_dim : 0;  // a NaN head keeps only m and l
+  const int64_t slot_floats = slot_dims + 2;
+  // kv_length is written before the pass, never by the predecessor (an early read, see
+  // the op): the key range is known before the wait, and the K/V copies start right after it.
+  const int32_t valid = *a.kv_length;
+  const int64_t length = valid < 0 ? 0 : (valid > a.ctx ? a.ctx : valid);
   const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, a.chunks);
   const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, a.chunks);
-  // Partial (head, chunk) sits at index head * chunks + chunk of each scratch array.
-  const int64_t partials = a.n_head * a.chunks;
-  const int64_t index = head * a.chunks + chunk;
-  float* acc_out = a.scratch + index * a.head_dim;
-  float* max_out = a.scratch + partials * a.head_dim + index;
-  float* sum_out = max_out + partials;
-  if (begin >= end) {  // no valid key: an empty partial, acc left unwritten (whole block)
-    if (threadIdx.x == 0) {
-      *max_out = -INFINITY;
-      *sum_out = 0.0f;
-    }
-    return;
-  }
-  const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
-  const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
-  if (!attend<C>(a.q + head * a.q_stride, k, v, a.k_stride, a.v_stride, begin, end, a.scale,
-                 a.head_dim, sh)) {
-    // head_dim beyond kMaxHeadDim: a NaN partial, so the merged output is NaN, not silent.
-    for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
-      acc_out[d] = __int_as_float(0x7fc00000);
-    if (threadIdx.x == 0) {
-      *max_out = 0.0f;
-      *sum_out = 1.0f;
-    }
-    return;
-  }
-  float max;
-  float weight[kMaxWarps];
-  const float total = warp_weights(sh, max, weight);
-  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
-    acc_out[d] = merged_acc(sh, weight, d);
-  if (threadIdx.x == 0) {
-    *max_out = max;
-    *sum_out = total;
-  }
-}
-
-// Chunks whose merge weights sit in shared memory at a time.
-constexpr int kMergeBatch = 256;
-// Output values per lane and pass (values d0 + lane + 32 k): a 64-value head in one pass.
-constexpr int kMergeValues = 2;
-// Chunks a warp loads before it uses any: the partials' L2 round trips overlap.
-constexpr int kMergeUnroll = 8;
-
-// Grid {n_head}, block kMaxThreads (the op launches 128): block = one head. The warps take
-// the chunks in turn, each loading kMergeUnroll chunks' values before using them, and
-// their sums are added in shared memory in warp order (deterministic).
-__global__ void __launch_bounds__(kMaxThreads) flash_decode_merge_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
-  __shared__ float scratch[32];
-  __shared__ float chunk_weight[kMergeBatch];
-  __shared__ float warp_acc[kMaxWarps][32 * kMergeValues];
   pdl_wait();
-  const int64_t head = blockIdx.x;
-  if (head >= a.n_head) return;  // whole block, before any barrier
-  const int tid = static_cast<int>(threadIdx.x);
-  const int threads = static_cast<int>(blockDim.x);
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int warps = threads >> 5;
-  const int64_t partials = a.n_head * a.chunks;
-  const float* maxes = a.scratch + partials * a.head_dim + head * a.chunks;
-  const float* sums = maxes + partials;
-  const float* accs = a.scratch + head * a.chunks * a.head_dim;
-  float* out = a.out + head * a.out_stride;
-
-  // Empty partials (l = 0) get weight 0 and their acc, never written, is never used.
+  // Every thread of every block reaches both barriers (no early return).
   float max = -INFINITY;
-  for (int64_t c = tid; c < a.chunks; c += threads) {
-    if (sums[c] > 0.0f) max = fmaxf(max, maxes[c]);
+  float total = 0.0f;  // 0: no valid key, an empty partial whose acc is never read
+  float weight[kMaxWarps];
+  if (begin < end && fits) {
+    const int64_t kv_head = head / (a.n_head / a.n_kv_head);
+    const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
+    const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
+    attend<C>(a.q + head * a.q_stride, k, v, a.k_stride, a.v_stride, begin, end, a.scale, a.head_dim, sh);
+    total = warp_weights(sh, max, weight);
   }
-  max = block_max(max, scratch);
-  if (max == -INFINITY) {  // no valid key: zeros (the same on every thread)
-    for (int64_t d = tid; d < a.head_dim; d += threads) out[d] = 0.0f;
-    return;
+  cluster.barrier_wait();
+  float* slot = cluster.map_shared_rank(slots, 0) + chunk * slot_floats;
+  if (total > 0.0f) {
+    for (int64_t d = threadIdx.x; d < slot_dims; d += blockDim.x) slot[d] = merged_acc(sh, weight, d);
   }
-  float total = 0.0f;
-  for (int64_t c = tid; c < a.chunks; c += threads) {
-    if (sums[c] > 0.0f) total += sums[c] * expf(maxes[c] - max);
+  if (threadIdx.x == 0) {
+    slot[slot_dims] = max;
+    slot[slot_dims + 1] = total;
   }
-  total = block_sum(total, scratch);
-  const float inv = 1.0f / total;
-
-  for (int64_t d0 = 0; d0 < a.head_dim; d0 += 32 * kMergeValues) {
-    float acc[kMergeValues] = {};
-    for (int64_t c0 = 0; c0 < a.chunks; c0 += kMergeBatch) {
-      const int n = static_cast<int>(a.chunks - c0 < kMergeBatch ? a.chunks - c0 : kMergeBatch);
-      __syncthreads();  // every thread is done with the previous batch's weights
-      for (int i = tid; i < n; i += threads) {
-        chunk_weight[i] = sums[c0 + i] > 0.0f ? expf(maxes[c0 + i] - max) : 0.0f;
-      }
-      __syncthreads();
-      for (int i0 = warp; i0 < n; i0 += warps * kMergeUnroll) {
-        float weight[kMergeUnroll];
-        float value[kMergeUnroll][kMergeValues];
-#pragma unroll
-        for (int u = 0; u < kMergeUnroll; ++u) {
-          const int i = i0 + u * warps;
-          weight[u] = i < n ? chunk_weight[i] : 0.0f;
-          const float* src = accs + (c0 + (i < n ? i : 0)) * a.head_dim;
-#pragma unroll
-          for (int k = 0; k < kMergeValues; ++k) {
-            const int64_t d = d0 + lane + 32 * k;
-            value[u][k] = d < a.head_dim ? src[d] : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kMergeUnroll; ++u) {
-#pragma unroll
-          for (int k = 0; k < kMergeValues; ++k) {
-            // A zero weight (empty or negligible partial) is skipped, not multiplied:
-            // an unwritten acc may hold anything, NaN included.
-            if (weight[u] != 0.0f) acc[k] = fmaf(value[u][k], weight[u], acc[k]);
-          }
-        }
-      }
+  cluster.sync();  // every slot is written and visible to the first block
+  if (chunk != 0) return;
+  // The merge: weights exp(m_c - M) over the partials with l > 0.
+  const int chunks = static_cast<int>(a.chunks);
+  float m_all = -INFINITY;
+  for (int c = 0; c < chunks; ++c) {
+    const float* state = slots + c * slot_floats + slot_dims;
+    if (state[1] > 0.0f) m_all = fmaxf(m_all, state[0]);
+  }
+  float sum = 0.0f;
+  for (int c = 0; c < chunks; ++c) {
+    const float* state = slots + c * slot_floats + slot_dims;
+    if (state[1] > 0.0f) sum += state[1] * expf(state[0] - m_all);
+  }
+  const float inv = 1.0f / sum;
+  float* out = a.out + head * a.out_stride;
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float value = 0.0f;
+    for (int c = 0; fits && c < chunks; ++c) {
+      const float* part = slots + c * slot_floats;
+      // An empty partial is skipped, not multiplied: its acc was never written.
+      if (part[slot_dims + 1] > 0.0f) value = fmaf(part[d], expf(part[slot_dims] - m_all), value);
     }
-#pragma unroll
-    for (int k = 0; k < kMergeValues; ++k) warp_acc[warp][lane + 32 * k] = acc[k];
-    __syncthreads();
-    for (int t = tid; t < 32 * kMergeValues; t += threads) {
-      const int64_t d = d0 + t;
-      if (d >= a.head_dim) continue;
-      float value = 0.0f;
-      for (int w = 0; w < warps; ++w) value += warp_acc[w][t];
-      out[d] = value * inv;
-    }
-    __syncthreads();  // warp_acc is read before the next pass overwrites it
+    // No valid key: zeros. A head longer than the shared buffers: NaN, not silence.
+    out[d] = !fits ? __int_as_float(0x7fc00000) : m_all == -INFINITY ? 0.0f : value * inv;
   }
 }
 
@@ -640,11 +577,12 @@ void register_attention_cuda_kernels(KernelRegistry& registry) {
     const std::string t = Elem<C>::name;
     registry.add(make_cuda_kernel<ops::SdpaArgs>(
         "sdpa_" + t, reinterpret_cast<const void*>(&sdpa_kernel<C>), kMaxThreads));
-    registry.add(make_cuda_kernel<ops::FlashDecodeArgs>(
-        "flash_decode_" + t, reinterpret_cast<const void*>(&flash_decode_kernel<C>), kMaxThreads));
+    Kernel flash = make_cuda_kernel<ops::FlashDecodeArgs>(
+        "flash_decode_cluster_" + t, reinterpret_cast<const void*>(&flash_decode_cluster_kernel<C>), kMaxThreads,
+        true, ops::flash_decode_cluster_shared_bytes(ops::kCudaFlashDecodeClusterMax, kMaxHeadDim));
+    flash.cluster_rows = true;
+    registry.add(std::move(flash));
   });
-  registry.add(make_cuda_kernel<ops::FlashDecodeArgs>(
-      "flash_decode_merge", reinterpret_cast<const void*>(&flash_decode_merge_kernel)));
 }
 
 }  // namespace onepass::cuda
