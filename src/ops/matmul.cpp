@@ -115,11 +115,24 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
     dispatch(std::move(d));
     return;
   }
+  // One row of x on CUDA (the decode step): the one-row kernels (mv1_*) where registered.
+  const std::string one_row = cat("mv1_", dtype_name(w.dtype), "_f32");
+  // The dense ones load 16-byte words of whole rows: K and the rows must allow that.
+  const bool dense_words = !quantized && k % static_cast<int64_t>(16 / dtype_size(w.dtype)) == 0 &&
+                           w.row_stride % 16 == 0 && w.view.address() % 16 == 0;
+  // They index rows, outputs and row bytes with 32-bit integers.
+  const bool small = n < (int64_t{1} << 30) && w.row_stride < (uint64_t{1} << 30);
+  const bool mv1 =
+      cuda && mv && m == 1 && small && (quantized || dense_words) && backend().registry().contains(one_row);
   const Kernel& kernel =
-      backend().registry().get(cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
-  const LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, backend().info().multiprocessors)
-                          : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n, kernel.max_shared_bytes)
-                                                          : ops::matmul_launch_dims(backend().kind(), mv, m, n);
+      backend().registry().get(mv1 ? one_row : cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
+  const int sms = backend().info().multiprocessors;
+  LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, sms)
+                    : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n, kernel.max_shared_bytes)
+                                                    : ops::matmul_launch_dims(backend().kind(), mv, m, n);
+  if (mv1 && !quantized && ops::cuda_mv1_dense_split(n, static_cast<int64_t>(w.row_stride), sms)) {
+    dims.block.x = ops::kCudaMv1SplitThreads;
+  }
   Dispatch d(kernel, dims, args, OpKind::matmul, op);
   // The CUDA matrix-vector kernels load their first weight chunks before the PDL wait.
   if (cuda && mv) {

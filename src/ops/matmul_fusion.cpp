@@ -28,7 +28,8 @@ struct Matvec {
 
 std::optional<Matvec> as_matvec(const Dispatch& d, const KernelRegistry& registry) {
   const std::string& name = d.kernel->name;
-  if (!starts_with(name, "mv_") || starts_with(name, "mv_id_") || starts_with(name, "mv_affine")) return std::nullopt;
+  const bool matvec = starts_with(name, "mv1_") || starts_with(name, "mv_");
+  if (!matvec || starts_with(name, "mv_id_") || starts_with(name, "mv_affine")) return std::nullopt;
   Matvec mv;
   if (ends_with(name, "_f32_fused")) {
     mv.args = d.args_as<FusedMatvecArgs>();

@@ -22,6 +22,10 @@ namespace onepass::ops {
 ///               M partial sums; warp-shuffle reduction, lane 0 writes out[m, n].
 ///               CPU: grid (ceil(N / kCpuMvRowsPerBlock)): a block computes its columns
 ///               for all M rows, decoding each weight row once.
+///   mv1_<W>_f32 (CUDA) mv_<W>_f32 for M = 1, the decode step: same arguments and launch
+///               shape; a warp's row pairs are one stream of weight chunks, 3-4 of them in
+///               flight across row pairs. The op picks it for one row of x (dense weights:
+///               when K and the rows allow 16-byte loads).
 ///   mm_<W>_f32  matrix-matrix, larger M.
 ///               CUDA, W = f32: grid (ceil(N / kCudaMmTile), ceil(M / kCudaMmTile), 1),
 ///               block (256, 1, 1): one block per 64 x 64 tile of out on the CUDA cores,
@@ -132,5 +136,15 @@ inline int64_t cuda_mv_shared_bytes(bool quantized, int64_t m, int64_t k) {
 }
 /// The CUDA mv launch for N weight rows on a device with `sms` multiprocessors.
 LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms);
+/// mv1_* on dense weights launched with this many threads per block (instead of 128)
+/// split K in two between warp pairs: for products whose row pairs leave warps idle and
+/// whose rows are long (cuda_mv1_dense_split).
+inline constexpr uint32_t kCudaMv1SplitThreads = 256;
+/// Whether a dense mv1_* launch of N weight rows of `row_bytes` splits K: its 8-warp
+/// blocks (ceil(N / 8)) all fit at 2 per SM, and each half of a row has at least two of
+/// the kernel's 1 KB chunks.
+inline bool cuda_mv1_dense_split(int64_t n, int64_t row_bytes, int sms) {
+  return (n + 7) / 8 <= 2 * int64_t{sms} && row_bytes >= 4096;
+}
 
 }  // namespace onepass::ops

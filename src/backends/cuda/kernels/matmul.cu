@@ -290,8 +290,30 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
   }
 }
 
-// Warp sums and the fused epilogue: out[m, j] (+ residual), or silu(gate) * up, or RoPE
-// and the KV-cache writes.
+// The fused epilogue of row m of x, run by one lane with the warp's two sums: out[m, j]
+// (+ residual), or silu(gate) * up, or RoPE and the KV-cache writes.
+__device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, int64_t j0,
+                                             float v0, float v1, float2 rope_cs) {
+  if (f.silu) {
+    if (j0 >= a.n) return;
+    float v = v0 / (1.0f + __expf(-v0)) * v1;
+    if (f.residual) v += f.residual[m * f.residual_stride + j0];
+    a.out[m * a.out_stride + j0] = v;
+  } else if (f.rope) {
+    mv_store_rope(a, *f.rope, j0, v0, v1, rope_cs);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      const int64_t j = j0 + r;
+      if (j >= a.n) continue;
+      float v = r == 0 ? v0 : v1;
+      if (f.residual) v += f.residual[m * f.residual_stride + j];
+      a.out[m * a.out_stride + j] = v;
+    }
+  }
+}
+
+// Warp sums and the fused epilogue of every row of x.
 __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0,
                                          float (&acc)[kMvMaxRows][kMvRowsPerWarp], float2 rope_cs) {
   const int lane = threadIdx.x & 31;
@@ -300,24 +322,7 @@ __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusio
     if (m >= a.m) break;
     const float v0 = warp_sum(acc[m][0]);
     const float v1 = warp_sum(acc[m][1]);
-    if (lane != 0) continue;
-    if (f.silu) {
-      if (j0 >= a.n) continue;
-      float v = v0 / (1.0f + __expf(-v0)) * v1;
-      if (f.residual) v += f.residual[m * f.residual_stride + j0];
-      a.out[m * a.out_stride + j0] = v;
-    } else if (f.rope) {
-      mv_store_rope(a, *f.rope, j0, v0, v1, rope_cs);
-    } else {
-#pragma unroll
-      for (int r = 0; r < kMvRowsPerWarp; ++r) {
-        const int64_t j = j0 + r;
-        if (j >= a.n) continue;
-        float v = r == 0 ? v0 : v1;
-        if (f.residual) v += f.residual[m * f.residual_stride + j];
-        a.out[m * a.out_stride + j] = v;
-      }
-    }
+    if (lane == 0) mv_store_row(a, f, m, j0, v0, v1, rope_cs);
   }
 }
 
@@ -439,6 +444,125 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     // The next rows' first chunks are in flight during this iteration's sums and stores.
     if (j0 + rows_of.step < a.n) load_first_chunks(j0 + rows_of.step);
     mv_store(a, f, j0, acc, rope_cs);
+  }
+}
+
+// ---- one row of x (decode) ----------------------------------------------------------------
+
+// Weight items (chunks of a warp's row pair) in flight per warp in mv1_quant_body: four
+// when a chunk of both rows takes at most 16 registers per lane, else three.
+template <DType W>
+constexpr int mv1_ring_depth() {
+  return (mv_stage_words<W>() + 31) / 32 <= 2 ? 4 : 3;
+}
+
+// mv_quant_body for one row of x, the decode step's shape. A warp's work is one flat
+// stream of items (row pair, chunk) and mv1_ring_depth items are always in flight: the
+// next row pair's weights are requested while this one is computed, where the general
+// body waits for them at every row pair (with all warps in step, the whole grid then
+// alternates between loading and computing). Indexing is 32-bit within a row; weights are
+// read through the non-coherent path (read-only for the pass).
+template <DType W>
+__device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const MvFusion& f) {
+  using F = quantdot::Format<W>;
+  constexpr int kWords = mv_stage_words<W>();
+  constexpr int kLoads = (kWords + 31) / 32;
+  constexpr int kChunkBytes = 32 / F::kUnits * F::kBlockBytes;
+  constexpr int kDepth = mv1_ring_depth<W>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float inv_rms[kMvMaxRows];
+  __shared__ float scratch[32];
+  __shared__ uint4 stage[kMvWarps][kMvRowsPerWarp][kLoads * 32];
+  const int64_t xq_bytes = (a.k + 15) / 16 * 16;
+  XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int units = static_cast<int>(a.k / 32);
+  const int chunks = (units + 31) / 32;
+  const int row_bytes = static_cast<int>(a.w_row_bytes);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const MvRows rows_of = mv_rows(a, f);
+  const int n = static_cast<int>(a.n);
+  const int step_rows = static_cast<int>(rows_of.step);
+  using Chunk = uint4[kMvRowsPerWarp][kLoads];
+  Chunk ring[kDepth];
+  // Item cursors: output j0 of the row pair and chunk c, for the loads and the sums.
+  int load_j0 = static_cast<int>(rows_of.first), load_c = 0;
+  auto load_next = [&](Chunk& into) {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      const uint8_t* row = w + mv_weight_row(a, f, load_j0, r) * a.w_row_bytes;
+      const int offset = load_c * kChunkBytes;
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(row) + offset;
+      const int bytes = min(kChunkBytes, row_bytes - offset);
+      const uintptr_t aligned = begin & ~uintptr_t{15};
+      const int words = static_cast<int>((begin + bytes - aligned + 15) / 16);
+      const auto* src = reinterpret_cast<const uint4*>(aligned);
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const int word = lane + 32 * i;
+        into[r][i] = word < words ? __ldg(src + word) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (++load_c == chunks) {
+      load_c = 0;
+      load_j0 += step_rows;
+    }
+  };
+  // Weights are read-only for the pass: the first items are requested before waiting for
+  // the predecessor, so their latency overlaps its tail and the x staging.
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) {
+    if (load_j0 < n) load_next(ring[d]);
+  }
+  pdl_wait();
+  quantize_x_to_smem(a, f, inv_rms, scratch, xs);
+  __syncthreads();
+
+  int j0 = static_cast<int>(rows_of.first), c = 0;
+  float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
+  float acc0 = 0.0f, acc1 = 0.0f;
+  const int local_block = lane / F::kUnits;
+  const int sub = lane - local_block * F::kUnits;
+  while (j0 < n) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (j0 < n) {  // warp-uniform
+        __syncwarp();  // every lane is done with the previous item's stage
+#pragma unroll
+        for (int r = 0; r < kMvRowsPerWarp; ++r) {
+#pragma unroll
+          for (int i = 0; i < kLoads; ++i) stage[warp][r][lane + 32 * i] = ring[d][r][i];
+        }
+        __syncwarp();
+        if (load_j0 < n) load_next(ring[d]);  // kDepth items ahead
+        const int u = c * 32 + lane;
+        if (u < units) {
+          const float4 g = xs.groups[u];
+          const auto x = quantdot::XGroup::load(xs.q + u * 32, g.x, g.y, g.z);
+          float part[kMvRowsPerWarp];
+#pragma unroll
+          for (int r = 0; r < kMvRowsPerWarp; ++r) {
+            const uintptr_t begin =
+                reinterpret_cast<uintptr_t>(w + mv_weight_row(a, f, j0, r) * a.w_row_bytes) + c * kChunkBytes;
+            const auto* staged = reinterpret_cast<const uint8_t*>(&stage[warp][r][0]) + (begin & 15) +
+                                 local_block * F::kBlockBytes;
+            part[r] = F::unit_dot(staged, sub, x);
+          }
+          acc0 += part[0];
+          acc1 += part[1];
+        }
+        if (++c == chunks) {
+          const float v0 = warp_sum(acc0);
+          const float v1 = warp_sum(acc1);
+          if (lane == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
+          acc0 = acc1 = 0.0f;
+          c = 0;
+          j0 += step_rows;
+          if (j0 < n) rope_cs = rope_pair_cos_sin(f, j0);
+        }
+      }
+    }
   }
 }
 
@@ -578,6 +702,140 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   }
 }
 
+// mv_dense_body for one row of x with 16-byte weight loads (the op picks it only when K
+// and the rows allow them): the flat item stream of mv1_quant_body, kMv1DenseDepth items
+// of both rows in flight per warp (f32 weights: two, for registers).
+// Launched with 8 warps per block (ops::kCudaMv1SplitThreads) it splits K in two: warps w
+// and w + 4 take the same row pairs, the first and second half of the chunks, and the
+// first adds the second's sums (through shared memory, a named barrier per warp pair).
+// For products with few row pairs (llama-1b's O and down: 1024 pairs, 8 warps per SM
+// otherwise), twice the warps keep twice the weight bytes in flight.
+template <DType W>
+constexpr int kMv1DenseDepth = W == DType::f32 ? 2 : 4;
+
+template <DType W>
+__device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const MvFusion& f) {
+  using S = typename Elem<W>::storage;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float inv_rms[kMvMaxRows];
+  __shared__ float scratch[32];
+  __shared__ float2 halves_sum[kMvWarps][2];  // split K: the second half's sums, by pair parity
+  float* xs = reinterpret_cast<float*>(smem);  // [K]
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const bool split = blockDim.x > kMvWarps * 32;
+  const int slot = warp % kMvWarps;  // the warp's row-pair stream in the block
+  const int half = warp / kMvWarps;  // split K: which half of the chunks
+  constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
+  constexpr int kChunkWords = 32 * kDenseLoads;
+  const auto* wb = static_cast<const unsigned char*>(a.w);
+  const int per = f.silu ? 1 : kMvRowsPerWarp;
+  const int n = static_cast<int>(a.n);
+  const int first = (static_cast<int>(blockIdx.x) * kMvWarps + slot) * per;
+  const int step_rows = static_cast<int>(gridDim.x) * kMvWarps * per;
+  const int row_words = static_cast<int>(a.k / kVec);
+  const int all_chunks = (row_words + kChunkWords - 1) / kChunkWords;
+  // This warp's chunks of every row pair: [c_first, c_first + chunks).
+  const int c_first = split && half == 1 ? all_chunks / 2 : 0;
+  const int chunks = split ? (half == 0 ? all_chunks / 2 : all_chunks - all_chunks / 2) : all_chunks;
+  using Chunk = uint4[kMvRowsPerWarp][kDenseLoads];
+  Chunk ring[kMv1DenseDepth<W>];
+  int load_j0 = first, load_c = 0;
+  auto load_next = [&](Chunk& into) {
+#pragma unroll
+    for (int r = 0; r < kMvRowsPerWarp; ++r) {
+      const auto* row = reinterpret_cast<const uint4*>(wb + mv_weight_row(a, f, load_j0, r) * a.w_row_bytes);
+#pragma unroll
+      for (int i = 0; i < kDenseLoads; ++i) {
+        const int word = (c_first + load_c) * kChunkWords + lane + 32 * i;
+        into[r][i] = word < row_words ? __ldg(row + word) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (++load_c == chunks) {
+      load_c = 0;
+      load_j0 += step_rows;
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < kMv1DenseDepth<W>; ++d) {
+    if (load_j0 < n) load_next(ring[d]);
+  }
+  pdl_wait();
+  if (x_loads_vec(a, f)) {
+    const int64_t k4 = a.k / 4;
+    for_each_x_batch(a, f, true, inv_rms, scratch, [&](int64_t, int64_t base, const float4 (&batch)[kXBatch]) {
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int64_t i = x_batch_index(base, j);
+        if (i < k4) reinterpret_cast<float4*>(xs)[i] = batch[j];
+      }
+    });
+  } else {
+    if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
+    for (int64_t i = threadIdx.x; i < a.k; i += blockDim.x) xs[i] = staged_x(a, f, inv_rms, 0, i);
+  }
+  __syncthreads();
+
+  int j0 = first, c = 0, parity = 0;
+  float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
+  float acc[kMvRowsPerWarp] = {0.0f, 0.0f};
+  while (j0 < n) {
+#pragma unroll
+    for (int d = 0; d < kMv1DenseDepth<W>; ++d) {
+      if (j0 < n) {  // warp-uniform
+        float wv[kMvRowsPerWarp][kDenseLoads][kVec];
+#pragma unroll
+        for (int r = 0; r < kMvRowsPerWarp; ++r) {
+#pragma unroll
+          for (int i = 0; i < kDenseLoads; ++i) {
+            const S* vals = reinterpret_cast<const S*>(&ring[d][r][i]);
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) wv[r][i][e] = Elem<W>::load(vals[e]);
+          }
+        }
+        if (load_j0 < n) load_next(ring[d]);  // kMv1DenseDepth items ahead
+#pragma unroll
+        for (int i = 0; i < kDenseLoads; ++i) {
+          const int word = (c_first + c) * kChunkWords + lane + 32 * i;
+          if (word >= row_words) break;
+          const float4* xv = reinterpret_cast<const float4*>(xs + word * kVec);
+#pragma unroll
+          for (int e4 = 0; e4 < kVec / 4; ++e4) {
+            const float4 x4 = xv[e4];
+            const float xe[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+#pragma unroll
+              for (int r = 0; r < kMvRowsPerWarp; ++r) acc[r] = fmaf(wv[r][i][4 * e4 + e], xe[e], acc[r]);
+            }
+          }
+        }
+        if (++c == chunks) {
+          float v0 = warp_sum(acc[0]);
+          float v1 = warp_sum(acc[1]);
+          if (split) {
+            // Slots alternate with the pair's parity: the second half writes a slot again
+            // only after the next barrier, which the first half reaches after reading it.
+            if (half == 1 && lane == 0) halves_sum[slot][parity] = make_float2(v0, v1);
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(64) : "memory");
+            if (half == 0) {
+              const float2 second = halves_sum[slot][parity];
+              v0 += second.x;
+              v1 += second.y;
+            }
+            parity ^= 1;
+          }
+          if (lane == 0 && half == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
+          acc[0] = acc[1] = 0.0f;
+          c = 0;
+          j0 += step_rows;
+          if (j0 < n) rope_cs = rope_pair_cos_sin(f, j0);
+        }
+      }
+    }
+  }
+}
+
 template <DType W>
 __global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv_quant_body<W>(a, MvFusion{});
@@ -591,6 +849,27 @@ __global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_den
 __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
   return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride,
                   f.rope.positions != nullptr ? &f.rope : nullptr};
+}
+
+// 128 threads, or 256 to split K (the same registers per thread: 4 or 2 blocks per SM).
+template <DType W>
+__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  mv1_dense_body<W>(a, MvFusion{});
+}
+
+template <DType W>
+__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+  mv1_dense_body<W>(f.mm, fusion_of(f));
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv1_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  mv1_quant_body<W>(a, MvFusion{});
+}
+
+template <DType W>
+__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv1_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+  mv1_quant_body<W>(f.mm, fusion_of(f));
 }
 
 template <DType W>
@@ -665,11 +944,21 @@ void register_weight_type(KernelRegistry& registry) {
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv_dense_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_dense_kernel<W>),
+                                                   ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
+                                                        reinterpret_cast<const void*>(&mv1_dense_fused_kernel<W>),
+                                                        ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
   } else {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_quant_kernel<W>),
                                                    kMvWarps * 32, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv_quant_fused_kernel<W>),
+                                                        kMvWarps * 32, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_quant_kernel<W>),
+                                                   kMvWarps * 32, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
+                                                        reinterpret_cast<const void*>(&mv1_quant_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
   }
   // mm for the other types: the tensor-core kernels of matmul_tc.cu.

@@ -131,15 +131,17 @@ ONEPASS_HD void kquant_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
 }
 
 /// Σ q · xq over a 32-value unit of nibbles whose byte j holds values j (low) and j + 16
-/// (high), as q4_0 and q4_1 store them.
+/// (high), as q4_0 and q4_1 store them: two independent dp4a chains (low and high
+/// nibbles), since one chain of eight serialises on dp4a's latency; integer sums are the
+/// same in any order.
 ONEPASS_HD int nibble_dot(const uint32_t (&w)[4], const XGroup& x) {
-  int sum = 0;
+  int lo = 0, hi = 0;
 ONEPASS_UNROLL
   for (int i = 0; i < 4; ++i) {
-    sum = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], sum);
-    sum = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], sum);
+    lo = dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.q[i], lo);
+    hi = dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.q[4 + i], hi);
   }
-  return sum;
+  return lo + hi;
 }
 
 template <DType W>
