@@ -130,7 +130,7 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
   LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, sms)
                     : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n, kernel.max_shared_bytes)
                                                     : ops::matmul_launch_dims(backend().kind(), mv, m, n);
-  if (mv1 && !quantized && ops::cuda_mv1_dense_split(n, static_cast<int64_t>(w.row_stride), sms)) {
+  if (mv1 && ops::cuda_mv1_split(quantized, n, k, static_cast<int64_t>(w.row_stride), sms)) {
     dims.block.x = ops::kCudaMv1SplitThreads;
   }
   Dispatch d(kernel, dims, args, OpKind::matmul, op);

@@ -136,15 +136,15 @@ inline int64_t cuda_mv_shared_bytes(bool quantized, int64_t m, int64_t k) {
 }
 /// The CUDA mv launch for N weight rows on a device with `sms` multiprocessors.
 LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms);
-/// mv1_* on dense weights launched with this many threads per block (instead of 128)
-/// split K in two between warp pairs: for products whose row pairs leave warps idle and
-/// whose rows are long (cuda_mv1_dense_split).
+/// mv1_* launched with this many threads per block (instead of 128) split K in two
+/// between warp pairs: for products whose row pairs leave warps idle and whose rows are
+/// long (cuda_mv1_split).
 inline constexpr uint32_t kCudaMv1SplitThreads = 256;
-/// Whether a dense mv1_* launch of N weight rows of `row_bytes` splits K: its 8-warp
-/// blocks (ceil(N / 8)) all fit at 2 per SM, and each half of a row has at least two of
-/// the kernel's 1 KB chunks.
-inline bool cuda_mv1_dense_split(int64_t n, int64_t row_bytes, int sms) {
-  return (n + 7) / 8 <= 2 * int64_t{sms} && row_bytes >= 4096;
+/// Whether an mv1_* launch of N weight rows splits K: its 8-warp blocks (ceil(N / 8)) all
+/// fit at 2 per SM, and each half of a row has at least two of the kernel's chunks (1 KB
+/// of dense weights, 32 quantization units of a block format).
+inline bool cuda_mv1_split(bool quantized, int64_t n, int64_t k, int64_t row_bytes, int sms) {
+  return (n + 7) / 8 <= 2 * int64_t{sms} && (quantized ? k / 32 >= 128 : row_bytes >= 4096);
 }
 
 }  // namespace onepass::ops

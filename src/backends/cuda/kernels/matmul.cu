@@ -461,7 +461,8 @@ constexpr int mv1_ring_depth() {
 // next row pair's weights are requested while this one is computed, where the general
 // body waits for them at every row pair (with all warps in step, the whole grid then
 // alternates between loading and computing). Indexing is 32-bit within a row; weights are
-// read through the non-coherent path (read-only for the pass).
+// read through the non-coherent path (read-only for the pass). With 8 warps per block it
+// splits K in two as mv1_dense_body does.
 template <DType W>
 __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using F = quantdot::Format<W>;
@@ -472,27 +473,34 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
-  __shared__ uint4 stage[kMvWarps][kMvRowsPerWarp][kLoads * 32];
+  __shared__ uint4 stage[2 * kMvWarps][kMvRowsPerWarp][kLoads * 32];
+  __shared__ float2 halves_sum[kMvWarps][2];  // split K (see mv1_dense_body)
   const int64_t xq_bytes = (a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const bool split = blockDim.x > kMvWarps * 32;
+  const int slot = warp % kMvWarps;  // the warp's row-pair stream in the block
+  const int half = warp / kMvWarps;  // split K: which half of the chunks
   const int units = static_cast<int>(a.k / 32);
-  const int chunks = (units + 31) / 32;
+  const int all_chunks = (units + 31) / 32;
+  const int c_first = split && half == 1 ? all_chunks / 2 : 0;
+  const int chunks = split ? (half == 0 ? all_chunks / 2 : all_chunks - all_chunks / 2) : all_chunks;
   const int row_bytes = static_cast<int>(a.w_row_bytes);
   const auto* w = static_cast<const uint8_t*>(a.w);
-  const MvRows rows_of = mv_rows(a, f);
+  const int per = f.silu ? 1 : kMvRowsPerWarp;
   const int n = static_cast<int>(a.n);
-  const int step_rows = static_cast<int>(rows_of.step);
+  const int first = (static_cast<int>(blockIdx.x) * kMvWarps + slot) * per;
+  const int step_rows = static_cast<int>(gridDim.x) * kMvWarps * per;
   using Chunk = uint4[kMvRowsPerWarp][kLoads];
   Chunk ring[kDepth];
   // Item cursors: output j0 of the row pair and chunk c, for the loads and the sums.
-  int load_j0 = static_cast<int>(rows_of.first), load_c = 0;
+  int load_j0 = first, load_c = 0;
   auto load_next = [&](Chunk& into) {
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) {
       const uint8_t* row = w + mv_weight_row(a, f, load_j0, r) * a.w_row_bytes;
-      const int offset = load_c * kChunkBytes;
+      const int offset = (c_first + load_c) * kChunkBytes;
       const uintptr_t begin = reinterpret_cast<uintptr_t>(row) + offset;
       const int bytes = min(kChunkBytes, row_bytes - offset);
       const uintptr_t aligned = begin & ~uintptr_t{15};
@@ -519,7 +527,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   quantize_x_to_smem(a, f, inv_rms, scratch, xs);
   __syncthreads();
 
-  int j0 = static_cast<int>(rows_of.first), c = 0;
+  int j0 = first, c = 0, parity = 0;
   float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
   float acc0 = 0.0f, acc1 = 0.0f;
   const int local_block = lane / F::kUnits;
@@ -536,7 +544,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
         }
         __syncwarp();
         if (load_j0 < n) load_next(ring[d]);  // kDepth items ahead
-        const int u = c * 32 + lane;
+        const int u = (c_first + c) * 32 + lane;
         if (u < units) {
           const float4 g = xs.groups[u];
           const auto x = quantdot::XGroup::load(xs.q + u * 32, g.x, g.y, g.z);
@@ -544,7 +552,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
 #pragma unroll
           for (int r = 0; r < kMvRowsPerWarp; ++r) {
             const uintptr_t begin =
-                reinterpret_cast<uintptr_t>(w + mv_weight_row(a, f, j0, r) * a.w_row_bytes) + c * kChunkBytes;
+                reinterpret_cast<uintptr_t>(w + mv_weight_row(a, f, j0, r) * a.w_row_bytes) + (c_first + c) * kChunkBytes;
             const auto* staged = reinterpret_cast<const uint8_t*>(&stage[warp][r][0]) + (begin & 15) +
                                  local_block * F::kBlockBytes;
             part[r] = F::unit_dot(staged, sub, x);
@@ -553,9 +561,19 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
           acc1 += part[1];
         }
         if (++c == chunks) {
-          const float v0 = warp_sum(acc0);
-          const float v1 = warp_sum(acc1);
-          if (lane == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
+          float v0 = warp_sum(acc0);
+          float v1 = warp_sum(acc1);
+          if (split) {  // as in mv1_dense_body
+            if (half == 1 && lane == 0) halves_sum[slot][parity] = make_float2(v0, v1);
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(64) : "memory");
+            if (half == 0) {
+              const float2 second = halves_sum[slot][parity];
+              v0 += second.x;
+              v1 += second.y;
+            }
+            parity ^= 1;
+          }
+          if (lane == 0 && half == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
           acc0 = acc1 = 0.0f;
           c = 0;
           j0 += step_rows;
@@ -863,12 +881,12 @@ __global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksP
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv1_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv1_quant_body<W>(a, MvFusion{});
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv1_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv1_quant_body<W>(f.mm, fusion_of(f));
 }
 
@@ -956,10 +974,10 @@ void register_weight_type(KernelRegistry& registry) {
                                                         reinterpret_cast<const void*>(&mv_quant_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_quant_kernel<W>),
-                                                   kMvWarps * 32, true, kMvSharedBytes));
+                                                   ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv1_quant_fused_kernel<W>),
-                                                        kMvWarps * 32, true, kMvSharedBytes));
+                                                        ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
   }
   // mm for the other types: the tensor-core kernels of matmul_tc.cu.
   if constexpr (W == DType::f32) {
