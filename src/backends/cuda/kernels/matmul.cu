@@ -449,6 +449,22 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
 
 // ---- one row of x (decode) ----------------------------------------------------------------
 
+// Split K (8-warp mv1 blocks): the warp of the second half hands its row pair's two sums to
+// the warp of the first half (warps slot and slot + 4), which adds them to its own. Slots
+// alternate with the pair's parity: the second half writes a slot again only after the
+// next barrier, which the first half reaches after reading it.
+__device__ __forceinline__ void mv1_add_second_half(float2 (&halves_sum)[kMvWarps][2], int slot, int half, int lane,
+                                                    int& parity, float& v0, float& v1) {
+  if (half == 1 && lane == 0) halves_sum[slot][parity] = make_float2(v0, v1);
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(64) : "memory");  // the warp pair only
+  if (half == 0) {
+    const float2 second = halves_sum[slot][parity];
+    v0 += second.x;
+    v1 += second.y;
+  }
+  parity ^= 1;
+}
+
 // Weight items (chunks of a warp's row pair) in flight per warp in mv1_quant_body: four
 // when a chunk of both rows takes at most 16 registers per lane, else three.
 template <DType W>
@@ -563,16 +579,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
         if (++c == chunks) {
           float v0 = warp_sum(acc0);
           float v1 = warp_sum(acc1);
-          if (split) {  // as in mv1_dense_body
-            if (half == 1 && lane == 0) halves_sum[slot][parity] = make_float2(v0, v1);
-            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(64) : "memory");
-            if (half == 0) {
-              const float2 second = halves_sum[slot][parity];
-              v0 += second.x;
-              v1 += second.y;
-            }
-            parity ^= 1;
-          }
+          if (split) mv1_add_second_half(halves_sum, slot, half, lane, parity, v0, v1);
           if (lane == 0 && half == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
           acc0 = acc1 = 0.0f;
           c = 0;
@@ -587,6 +594,30 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
 template <DType W>
 __device__ __forceinline__ float load_weight(const void* w, int64_t i) {
   return Elem<W>::load(static_cast<const typename Elem<W>::storage*>(w)[i]);
+}
+
+// x (normalised when a norm is fused) as f32 in shared memory for the dense kernels, [M, K];
+// returns after the block's barrier.
+__device__ __forceinline__ void stage_x_f32(const ops::MatmulArgs& a, const MvFusion& f, float* xs, float* inv_rms,
+                                            float* scratch) {
+  if (x_loads_vec(a, f)) {
+    // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
+    const int64_t k4 = a.k / 4;
+    for_each_x_batch(a, f, true, inv_rms, scratch, [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int64_t i = x_batch_index(base, j);
+        if (i < k4) reinterpret_cast<float4*>(xs + m * a.k)[i] = batch[j];
+      }
+    });
+  } else {
+    if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
+    for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
+      const int64_t m = i / a.k;
+      xs[i] = staged_x(a, f, inv_rms, m, i - m * a.k);
+    }
+  }
+  __syncthreads();
 }
 
 // Dense weights: 16-byte words per lane, row and chunk; two chunks in flight per warp
@@ -635,24 +666,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   // tail and the x staging (an L2 prefetch of whole rows here measured 15% slower for f16).
   if (vector && rows_of.first < a.n) load_first_chunks(rows_of.first);
   pdl_wait();
-  if (x_loads_vec(a, f)) {
-    // Batched 16-byte loads: one L2 round trip per kXBatch * blockDim * 4 values.
-    const int64_t k4 = a.k / 4;
-    for_each_x_batch(a, f, true, inv_rms, scratch, [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int64_t i = x_batch_index(base, j);
-        if (i < k4) reinterpret_cast<float4*>(xs + m * a.k)[i] = batch[j];
-      }
-    });
-  } else {
-    if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
-    for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
-      const int64_t m = i / a.k;
-      xs[i] = staged_x(a, f, inv_rms, m, i - m * a.k);
-    }
-  }
-  __syncthreads();
+  stage_x_f32(a, f, xs, inv_rms, scratch);
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
     const float2 rope_cs = rope_pair_cos_sin(f, j0);
     float acc[kMvMaxRows][kMvRowsPerWarp];
@@ -779,20 +793,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
     if (load_j0 < n) load_next(ring[d]);
   }
   pdl_wait();
-  if (x_loads_vec(a, f)) {
-    const int64_t k4 = a.k / 4;
-    for_each_x_batch(a, f, true, inv_rms, scratch, [&](int64_t, int64_t base, const float4 (&batch)[kXBatch]) {
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int64_t i = x_batch_index(base, j);
-        if (i < k4) reinterpret_cast<float4*>(xs)[i] = batch[j];
-      }
-    });
-  } else {
-    if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
-    for (int64_t i = threadIdx.x; i < a.k; i += blockDim.x) xs[i] = staged_x(a, f, inv_rms, 0, i);
-  }
-  __syncthreads();
+  stage_x_f32(a, f, xs, inv_rms, scratch);
 
   int j0 = first, c = 0, parity = 0;
   float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
@@ -831,18 +832,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
         if (++c == chunks) {
           float v0 = warp_sum(acc[0]);
           float v1 = warp_sum(acc[1]);
-          if (split) {
-            // Slots alternate with the pair's parity: the second half writes a slot again
-            // only after the next barrier, which the first half reaches after reading it.
-            if (half == 1 && lane == 0) halves_sum[slot][parity] = make_float2(v0, v1);
-            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(64) : "memory");
-            if (half == 0) {
-              const float2 second = halves_sum[slot][parity];
-              v0 += second.x;
-              v1 += second.y;
-            }
-            parity ^= 1;
-          }
+          if (split) mv1_add_second_half(halves_sum, slot, half, lane, parity, v0, v1);
           if (lane == 0 && half == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
           acc[0] = acc[1] = 0.0f;
           c = 0;

@@ -20,10 +20,12 @@ __device__ __forceinline__ float2 rope_cos_sin(int32_t position, int64_t i, int3
   return make_float2(c, s);
 }
 
-/// (x0, x1) rotated by the angle whose (cos, sin) is cs.
+/// (x0, x1) rotated by the angle whose (cos, sin) is cs. Every product and sum rounded
+/// on its own (the _rn intrinsics are never contracted into FMAs): the compiler chooses
+/// contractions per call site, and the two kernels that use this must agree bit for bit.
 __device__ __forceinline__ void rope_apply(float x0, float x1, float2 cs, float& y0, float& y1) {
-  y0 = x0 * cs.x - x1 * cs.y;
-  y1 = x0 * cs.y + x1 * cs.x;
+  y0 = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+  y1 = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
 }
 
 }  // namespace onepass::cuda
