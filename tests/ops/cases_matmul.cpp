@@ -210,15 +210,16 @@ ONEPASS_OP_CASES(matmul) {
     // output row per warp (ops::kCudaMvOneRowMinK).
     add_case(cases, t, 2, 45, dtype_block_elems(t) == 256 ? 2304 : 2112, 0, false);
     // One row of x and long rows for the 32-value block formats: the CUDA one-row kernels
-    // (mv1_*) stream 2 to 12 chunks per row pair through their ring, x strided or not.
+    // (mv1_*) stream 2 to 12 chunks per row pair through their ring, x strided or not;
+    // from K = 4096 they split K between two warps per row pair (ops::cuda_mv1_split).
     if (dtype_is_quantized(t) && dtype_block_elems(t) == 32) {
-      for (int64_t k_seg : {512, 4096, 8192, 12288}) {
-        add_case(cases, t, 1, 333, k_seg, 0, false);
-        add_case(cases, t, 1, 7, k_seg, k_seg == 4096 ? 5 : 0, false);
+      for (int64_t k_long : {512, 4096, 8192, 12288}) {
+        add_case(cases, t, 1, 333, k_long, 0, false);
+        add_case(cases, t, 1, 7, k_long, k_long == 4096 ? 5 : 0, false);
       }
     }
     // One row of x and rows of at least 4 KB for the dense types: the CUDA one-row kernel
-    // then splits K between two warps per row pair (ops::cuda_mv1_dense_split), halves of
+    // then splits K between two warps per row pair (ops::cuda_mv1_split), halves of
     // 2 / 2, 2 / 3 and 8 / 9 chunks of 64 words (the last one partial).
     if (!dtype_is_quantized(t)) {
       const int64_t per_word = 16 / static_cast<int64_t>(dtype_size(t));

@@ -22,10 +22,11 @@ namespace onepass::ops {
 ///               M partial sums; warp-shuffle reduction, lane 0 writes out[m, n].
 ///               CPU: grid (ceil(N / kCpuMvRowsPerBlock)): a block computes its columns
 ///               for all M rows, decoding each weight row once.
-///   mv1_<W>_f32 (CUDA) mv_<W>_f32 for M = 1, the decode step: same arguments and launch
-///               shape; a warp's row pairs are one stream of weight chunks, 3-4 of them in
-///               flight across row pairs. The op picks it for one row of x (dense weights:
-///               when K and the rows allow 16-byte loads).
+///   mv1_<W>_f32 (CUDA) mv_<W>_f32 for M = 1, the decode step: same arguments and grid;
+///               a warp's row pairs are one stream of weight chunks, 3-4 of them in flight
+///               across row pairs; blocks of kCudaMv1SplitThreads split K (cuda_mv1_split).
+///               The op picks it for one row of x (dense weights: when K and the rows
+///               allow 16-byte loads).
 ///   mm_<W>_f32  matrix-matrix, larger M.
 ///               CUDA, W = f32: grid (ceil(N / kCudaMmTile), ceil(M / kCudaMmTile), 1),
 ///               block (256, 1, 1): one block per 64 x 64 tile of out on the CUDA cores,
