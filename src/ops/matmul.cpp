@@ -59,6 +59,42 @@ LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms
   return dims;
 }
 
+LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms) {
+  const bool quantized = dtype_is_quantized(w);
+  sms = std::max(1, sms);
+  // 1024-value chunks per row: a warp's unit of loading (32 lanes x 32 values, or 64
+  // 16-byte words of dense weights).
+  const int64_t chunk_bytes = quantized ? 1024 / dtype_block_elems(w) * dtype_size(w) : 1024;
+  const int64_t chunks = quantized ? (k / 32 + 31) / 32 : (row_bytes / 16 + 63) / 64;
+  const int64_t pairs = (n + 1) / 2;
+  // Blocks of 8 warps, 2 per SM: fewer, larger blocks than the general mv kernels' 4 x
+  // 4 (x is staged once per block; measured 1-3% faster on the reference models, where
+  // a second wave of blocks or 16-warp blocks for every product lost).
+  int64_t slots = 8, parts = 1, blocks_per_sm = 2;
+  // Products with few row pairs and long rows (llama-1b's O and down) split K in two
+  // between the warps of a slot, in 16-warp blocks, 1 per SM: twice the warps keep twice
+  // the weight bytes in flight, and x is staged once per SM.
+  if ((n + 7) / 8 <= 2 * int64_t{sms} && (quantized ? k / 32 >= 128 : row_bytes >= 4096)) {
+    parts = kCudaMv1MaxParts;
+    blocks_per_sm = 1;
+  }
+  parts = std::max<int64_t>(1, std::min(parts, chunks));  // every part has a chunk
+  const int64_t grid = std::min((pairs + slots - 1) / slots, blocks_per_sm * sms);
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, grid));
+  dims.block.x = static_cast<uint32_t>(32 * slots);
+  dims.block.y = static_cast<uint32_t>(parts);
+  int64_t shared = cuda_mv_shared_bytes(quantized, 1, k);
+  if (quantized) {
+    // Staging area per warp: both rows' chunk plus one 16-byte word for an unaligned
+    // start, in 16-byte loads per lane.
+    const int64_t loads = ((chunk_bytes + 15) / 16 + 1 + 31) / 32;
+    shared += slots * parts * 2 * loads * 32 * 16;
+  }
+  dims.shared_bytes = static_cast<uint32_t>(std::min<int64_t>(shared, int64_t{1} << 30));
+  return dims;
+}
+
 }  // namespace ops
 
 void GraphSession::matmul(const TensorView& x, const TensorView& w, const TensorView& out) {
@@ -122,17 +158,17 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
                            w.row_stride % 16 == 0 && w.view.address() % 16 == 0;
   // They index rows, outputs and row bytes with 32-bit integers.
   const bool small = n < (int64_t{1} << 30) && w.row_stride < (uint64_t{1} << 30);
-  const bool mv1 =
-      cuda && mv && m == 1 && small && (quantized || dense_words) && backend().registry().contains(one_row);
+  const int sms = backend().info().multiprocessors;
+  const LaunchDims mv1_dims =
+      ops::cuda_mv1_dims(w.dtype, n, k, static_cast<int64_t>(w.row_stride), sms);
+  const bool mv1 = cuda && mv && m == 1 && small && (quantized || dense_words) &&
+                   mv1_dims.shared_bytes <= ops::kCudaMvSharedLimit && backend().registry().contains(one_row);
   const Kernel& kernel =
       backend().registry().get(mv1 ? one_row : cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
-  const int sms = backend().info().multiprocessors;
-  LaunchDims dims = cuda && mv                        ? ops::cuda_mv_dims(quantized, m, n, k, sms)
-                    : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n, kernel.max_shared_bytes)
-                                                    : ops::matmul_launch_dims(backend().kind(), mv, m, n);
-  if (mv1 && ops::cuda_mv1_split(quantized, n, k, static_cast<int64_t>(w.row_stride), sms)) {
-    dims.block.x = ops::kCudaMv1SplitThreads;
-  }
+  const LaunchDims dims = mv1                               ? mv1_dims
+                          : cuda && mv                      ? ops::cuda_mv_dims(quantized, m, n, k, sms)
+                          : cuda && w.dtype != DType::f32 ? ops::cuda_mm_tc_dims(m, n, kernel.max_shared_bytes)
+                                                          : ops::matmul_launch_dims(backend().kind(), mv, m, n);
   Dispatch d(kernel, dims, args, OpKind::matmul, op);
   // The CUDA matrix-vector kernels load their first weight chunks before the PDL wait.
   if (cuda && mv) {

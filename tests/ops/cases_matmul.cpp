@@ -211,7 +211,7 @@ ONEPASS_OP_CASES(matmul) {
     add_case(cases, t, 2, 45, dtype_block_elems(t) == 256 ? 2304 : 2112, 0, false);
     // One row of x and long rows for the 32-value block formats: the CUDA one-row kernels
     // (mv1_*) stream 2 to 12 chunks per row pair through their ring, x strided or not;
-    // from K = 4096 they split K between two warps per row pair (ops::cuda_mv1_split).
+    // from K = 4096 they split K between two warps per row pair (ops::cuda_mv1_dims).
     if (dtype_is_quantized(t) && dtype_block_elems(t) == 32) {
       for (int64_t k_long : {512, 4096, 8192, 12288}) {
         add_case(cases, t, 1, 333, k_long, 0, false);
@@ -219,7 +219,7 @@ ONEPASS_OP_CASES(matmul) {
       }
     }
     // One row of x and rows of at least 4 KB for the dense types: the CUDA one-row kernel
-    // then splits K between two warps per row pair (ops::cuda_mv1_split), halves of
+    // then splits K between two warps per row pair (ops::cuda_mv1_dims), halves of
     // 2 / 2, 2 / 3 and 8 / 9 chunks of 64 words (the last one partial).
     if (!dtype_is_quantized(t)) {
       const int64_t per_word = 16 / static_cast<int64_t>(dtype_size(t));
@@ -228,6 +228,9 @@ ONEPASS_OP_CASES(matmul) {
         add_case(cases, t, 1, 7, per_word * words, words == 320 ? 5 : 0, false);
       }
     }
+    // One row of x and more row pairs than the CUDA one-row kernels have warps (2 blocks
+    // of 8 per SM: 2,112 on 132 SMs), so warps take several pairs in turn.
+    add_case(cases, t, 1, 4500, 512, 0, false);
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.
     add_case(cases, t, 150, 260, 768, 0, false);

@@ -22,9 +22,9 @@ namespace onepass::ops {
 ///               M partial sums; warp-shuffle reduction, lane 0 writes out[m, n].
 ///               CPU: grid (ceil(N / kCpuMvRowsPerBlock)): a block computes its columns
 ///               for all M rows, decoding each weight row once.
-///   mv1_<W>_f32 (CUDA) mv_<W>_f32 for M = 1, the decode step: same arguments and grid;
+///   mv1_<W>_f32 (CUDA) mv_<W>_f32 for M = 1, the decode step: same arguments;
 ///               a warp's row pairs are one stream of weight chunks, 3-4 of them in flight
-///               across row pairs; blocks of kCudaMv1SplitThreads split K (cuda_mv1_split).
+///               across row pairs; launch shape cuda_mv1_dims (blocks may split K).
 ///               The op picks it for one row of x (dense weights: when K and the rows
 ///               allow 16-byte loads).
 ///   mm_<W>_f32  matrix-matrix, larger M.
@@ -137,15 +137,16 @@ inline int64_t cuda_mv_shared_bytes(bool quantized, int64_t m, int64_t k) {
 }
 /// The CUDA mv launch for N weight rows on a device with `sms` multiprocessors.
 LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms);
-/// mv1_* launched with this many threads per block (instead of 128) split K in two
-/// between warp pairs: for products whose row pairs leave warps idle and whose rows are
-/// long (cuda_mv1_split).
-inline constexpr uint32_t kCudaMv1SplitThreads = 256;
-/// Whether an mv1_* launch of N weight rows splits K: its 8-warp blocks (ceil(N / 8)) all
-/// fit at 2 per SM, and each half of a row has at least two of the kernel's chunks (1 KB
-/// of dense weights, 32 quantization units of a block format).
-inline bool cuda_mv1_split(bool quantized, int64_t n, int64_t k, int64_t row_bytes, int sms) {
-  return (n + 7) / 8 <= 2 * int64_t{sms} && (quantized ? k / 32 >= 128 : row_bytes >= 4096);
-}
+/// mv1_* (the decode step's M = 1 kernels) as implemented: blocks of S warps, each its
+/// own stream of row pairs, times P parts of K (block (32 S, P, 1); the P warps of a slot
+/// take the same row pairs and consecutive ranges of their 1024-value chunks, and part 0
+/// adds the sums). At most kCudaMv1MaxThreads threads per block (128 registers each) and
+/// kCudaMv1MaxParts parts.
+inline constexpr uint32_t kCudaMv1MaxThreads = 512;
+inline constexpr int64_t kCudaMv1MaxParts = 2;
+/// The mv1 launch for N weight rows of K values (row_bytes apart) of type w on a device
+/// with `sms` multiprocessors, with its dynamic shared memory (x, then each warp's staging
+/// area for the block formats); shared_bytes above kCudaMvSharedLimit: use mv_*.
+LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms);
 
 }  // namespace onepass::ops

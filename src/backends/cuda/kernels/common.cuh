@@ -66,16 +66,21 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// Sum over the block (blockDim.x a multiple of 32, at most 1024). The result is the
-/// same on every thread. `scratch` holds 32 floats of shared memory.
+/// The block's threads counted in one dimension, x fastest (blocks of more than one row
+/// of threads: the mv1 kernels' K split).
+__device__ __forceinline__ int flat_thread() { return static_cast<int>(threadIdx.x + threadIdx.y * blockDim.x); }
+__device__ __forceinline__ int flat_threads() { return static_cast<int>(blockDim.x * blockDim.y); }
+
+/// Sum over the block (blockDim.x a multiple of 32 or blockDim.y 1; at most 1024 threads).
+/// The result is the same on every thread. `scratch` holds 32 floats of shared memory.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+  const int lane = flat_thread() & 31;
+  const int warp = flat_thread() >> 5;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
+  const int warps = (flat_threads() + 31) >> 5;
   v = lane < warps ? scratch[lane] : 0.0f;
   return warp_sum(v);
 }

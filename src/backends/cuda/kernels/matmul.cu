@@ -53,7 +53,7 @@ static_assert(kXBatch % 2 == 0, "x is staged in pairs of float4");
 // adjacent float4 per thread (still whole 1 KB spans per warp and pair), so that four
 // threads hold one 32-value quantization group.
 __device__ __forceinline__ int64_t x_batch_index(int64_t base, int j) {
-  return base + int64_t{j >> 1} * 2 * blockDim.x + 2 * threadIdx.x + (j & 1);
+  return base + int64_t{j >> 1} * 2 * flat_threads() + 2 * flat_thread() + (j & 1);
 }
 
 struct XQuantSmem {
@@ -96,14 +96,14 @@ __device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps
                                              float* scratch) {
   for (int64_t m = 0; m < a.m; ++m) {
     float sum = 0.0f;
-    for (int64_t base = 0; base < a.k / 4; base += int64_t{kXBatch} * blockDim.x) {
+    for (int64_t base = 0; base < a.k / 4; base += int64_t{kXBatch} * flat_threads()) {
       float4 v[kXBatch];
       load_x_batch(a, MvFusion{}, nullptr, m, base, vec, v);  // raw x: zeros past K
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
     sum = block_sum(sum, scratch);
-    if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
+    if (flat_thread() == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
   }
   __syncthreads();
 }
@@ -111,7 +111,7 @@ __device__ __forceinline__ void rows_inv_rms(const ops::MatmulArgs& a, float eps
 // Whether a row of x is staged in one batch (K <= kXBatch * blockDim * 4: 2048 with 128
 // threads): then a fused norm takes its 1 / rms from the same registers (load_x_normed).
 __device__ __forceinline__ bool x_one_batch(const ops::MatmulArgs& a) {
-  return a.k / 4 <= int64_t{kXBatch} * blockDim.x;
+  return a.k / 4 <= int64_t{kXBatch} * flat_threads();
 }
 
 // load_x_batch of a whole row (x_one_batch) with a fused norm: x and the norm weight are
@@ -150,7 +150,7 @@ __device__ __forceinline__ void for_each_x_batch(const ops::MatmulArgs& a, const
   const bool normed_once = f.norm_weight && x_one_batch(a);
   if (f.norm_weight && !normed_once) rows_inv_rms(a, f.eps, vec, inv_rms, scratch);
   for (int64_t m = 0; m < a.m; ++m) {
-    for (int64_t base = 0; base < a.k / 4; base += int64_t{kXBatch} * blockDim.x) {
+    for (int64_t base = 0; base < a.k / 4; base += int64_t{kXBatch} * flat_threads()) {
       float4 batch[kXBatch];
       if (normed_once) {
         load_x_normed(a, f, m, vec, scratch, batch);
@@ -198,7 +198,7 @@ __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, con
           __byte_perm(__byte_perm(u[4], u[5], 0x0040), __byte_perm(u[6], u[7], 0x0040), 0x5410));
       if (i < k4) {
         reinterpret_cast<uint2*>(s.q + m * a.k)[i / 2] = packed;
-        if ((threadIdx.x & 3) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
+        if ((flat_thread() & 3) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
       }
     }
   };
@@ -215,12 +215,12 @@ __device__ __forceinline__ float staged_x(const ops::MatmulArgs& a, const MvFusi
 __device__ __forceinline__ void rows_inv_rms_scalar(const ops::MatmulArgs& a, float eps, float* inv_rms, float* scratch) {
   for (int64_t m = 0; m < a.m; ++m) {
     float sum = 0.0f;
-    for (int64_t k = threadIdx.x; k < a.k; k += blockDim.x) {
+    for (int64_t k = flat_thread(); k < a.k; k += flat_threads()) {
       const float v = a.x[m * a.x_stride + k];
       sum += v * v;
     }
     sum = block_sum(sum, scratch);
-    if (threadIdx.x == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
+    if (flat_thread() == 0) inv_rms[m] = rsqrtf(sum / static_cast<float>(a.k) + eps);
   }
   __syncthreads();
 }
@@ -449,18 +449,54 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
 
 // ---- one row of x (decode) ----------------------------------------------------------------
 
-// Split K (8-warp mv1 blocks): the warp of the second half hands its row pair's two sums to
-// the warp of the first half (warps slot and slot + 4), which adds them to its own. Slots
-// alternate with the pair's parity: the second half writes a slot again only after the
-// next barrier, which the first half reaches after reading it.
-__device__ __forceinline__ void mv1_add_second_half(float2 (&halves_sum)[kMvWarps][2], int slot, int half, int lane,
-                                                    int& parity, float& v0, float& v1) {
-  if (half == 1 && lane == 0) halves_sum[slot][parity] = make_float2(v0, v1);
-  asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(64) : "memory");  // the warp pair only
-  if (half == 0) {
-    const float2 second = halves_sum[slot][parity];
-    v0 += second.x;
-    v1 += second.y;
+// ---- one row of x (decode): mv1 ----------------------------------------------------------
+//
+// Block shape of the mv1 kernels: blockDim.x = 32 * S warps, each its own stream of row
+// pairs ("slots"), and blockDim.y = P parts of K: the warps (slot, 0..P-1) take the same
+// row pairs and consecutive ranges of the rows' chunks, and part 0 adds the others' sums
+// (ops::cuda_mv1_dims picks S and P; P > 1 needs S < 16: one named barrier per slot).
+struct Mv1Shape {
+  int lane, slot, slots, part, parts;
+  int stage_warp;  // the warp's index in the block: part * slots + slot
+};
+
+__device__ __forceinline__ Mv1Shape mv1_shape() {
+  Mv1Shape s;
+  s.lane = static_cast<int>(threadIdx.x & 31);
+  s.slot = static_cast<int>(threadIdx.x >> 5);
+  s.slots = static_cast<int>(blockDim.x >> 5);
+  s.part = static_cast<int>(threadIdx.y);
+  s.parts = static_cast<int>(blockDim.y);
+  s.stage_warp = s.part * s.slots + s.slot;
+  return s;
+}
+
+// The chunks [first, first + count) of every row that part `part` of `parts` reads.
+struct Mv1Chunks {
+  int first, count;
+};
+__device__ __forceinline__ Mv1Chunks mv1_chunks(int all_chunks, const Mv1Shape& s) {
+  const int first = s.part * all_chunks / s.parts;
+  return {first, (s.part + 1) * all_chunks / s.parts - first};
+}
+
+constexpr int kMv1MaxSlots = 16;  // 512 threads
+constexpr int kMv1MaxParts = static_cast<int>(ops::kCudaMv1MaxParts);
+
+// Split K: parts 1..P-1 hand their row pair's two sums to part 0 of the same slot, which
+// adds them in part order. Slots alternate with the pair's parity: a part writes a slot
+// again only after the next barrier, which part 0 reaches after reading it.
+using Mv1PartSums = float2[kMv1MaxSlots][2][kMv1MaxParts - 1];
+__device__ __forceinline__ void mv1_add_parts(Mv1PartSums& sums, const Mv1Shape& s, int& parity, float& v0,
+                                              float& v1) {
+  if (s.part > 0 && s.lane == 0) sums[s.slot][parity][s.part - 1] = make_float2(v0, v1);
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + s.slot), "r"(32 * s.parts) : "memory");  // this slot's warps
+  if (s.part == 0) {
+    for (int p = 1; p < s.parts; ++p) {
+      const float2 other = sums[s.slot][parity][p - 1];
+      v0 += other.x;
+      v1 += other.y;
+    }
   }
   parity ^= 1;
 }
@@ -477,8 +513,8 @@ constexpr int mv1_ring_depth() {
 // next row pair's weights are requested while this one is computed, where the general
 // body waits for them at every row pair (with all warps in step, the whole grid then
 // alternates between loading and computing). Indexing is 32-bit within a row; weights are
-// read through the non-coherent path (read-only for the pass). With 8 warps per block it
-// splits K in two as mv1_dense_body does.
+// read through the non-coherent path (read-only for the pass). Dynamic shared memory:
+// x quantized (ops::cuda_mv_shared_bytes), then each warp's staging area for its chunks.
 template <DType W>
 __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using F = quantdot::Format<W>;
@@ -486,28 +522,26 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   constexpr int kLoads = (kWords + 31) / 32;
   constexpr int kChunkBytes = 32 / F::kUnits * F::kBlockBytes;
   constexpr int kDepth = mv1_ring_depth<W>();
+  using Stage = uint4[kMvRowsPerWarp][kLoads * 32];
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
-  __shared__ uint4 stage[2 * kMvWarps][kMvRowsPerWarp][kLoads * 32];
-  __shared__ float2 halves_sum[kMvWarps][2];  // split K (see mv1_dense_body)
+  __shared__ Mv1PartSums part_sums;
   const int64_t xq_bytes = (a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const bool split = blockDim.x > kMvWarps * 32;
-  const int slot = warp % kMvWarps;  // the warp's row-pair stream in the block
-  const int half = warp / kMvWarps;  // split K: which half of the chunks
+  const Mv1Shape sh = mv1_shape();
+  Stage& stage = reinterpret_cast<Stage*>(smem + xq_bytes + a.k / 32 * 16)[sh.stage_warp];
+  const int lane = sh.lane;
   const int units = static_cast<int>(a.k / 32);
-  const int all_chunks = (units + 31) / 32;
-  const int c_first = split && half == 1 ? all_chunks / 2 : 0;
-  const int chunks = split ? (half == 0 ? all_chunks / 2 : all_chunks - all_chunks / 2) : all_chunks;
+  const Mv1Chunks mine = mv1_chunks((units + 31) / 32, sh);
+  const int c_first = mine.first;
+  const int chunks = mine.count;
   const int row_bytes = static_cast<int>(a.w_row_bytes);
   const auto* w = static_cast<const uint8_t*>(a.w);
   const int per = f.silu ? 1 : kMvRowsPerWarp;
   const int n = static_cast<int>(a.n);
-  const int first = (static_cast<int>(blockIdx.x) * kMvWarps + slot) * per;
-  const int step_rows = static_cast<int>(gridDim.x) * kMvWarps * per;
+  const int first = (static_cast<int>(blockIdx.x) * sh.slots + sh.slot) * per;
+  const int step_rows = static_cast<int>(gridDim.x) * sh.slots * per;
   using Chunk = uint4[kMvRowsPerWarp][kLoads];
   Chunk ring[kDepth];
   // Item cursors: output j0 of the row pair and chunk c, for the loads and the sums.
@@ -556,7 +590,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
 #pragma unroll
         for (int r = 0; r < kMvRowsPerWarp; ++r) {
 #pragma unroll
-          for (int i = 0; i < kLoads; ++i) stage[warp][r][lane + 32 * i] = ring[d][r][i];
+          for (int i = 0; i < kLoads; ++i) stage[r][lane + 32 * i] = ring[d][r][i];
         }
         __syncwarp();
         if (load_j0 < n) load_next(ring[d]);  // kDepth items ahead
@@ -569,7 +603,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
           for (int r = 0; r < kMvRowsPerWarp; ++r) {
             const uintptr_t begin =
                 reinterpret_cast<uintptr_t>(w + mv_weight_row(a, f, j0, r) * a.w_row_bytes) + (c_first + c) * kChunkBytes;
-            const auto* staged = reinterpret_cast<const uint8_t*>(&stage[warp][r][0]) + (begin & 15) +
+            const auto* staged = reinterpret_cast<const uint8_t*>(&stage[r][0]) + (begin & 15) +
                                  local_block * F::kBlockBytes;
             part[r] = F::unit_dot(staged, sub, x);
           }
@@ -579,8 +613,8 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
         if (++c == chunks) {
           float v0 = warp_sum(acc0);
           float v1 = warp_sum(acc1);
-          if (split) mv1_add_second_half(halves_sum, slot, half, lane, parity, v0, v1);
-          if (lane == 0 && half == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
+          if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
+          if (lane == 0 && sh.part == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
           acc0 = acc1 = 0.0f;
           c = 0;
           j0 += step_rows;
@@ -612,7 +646,7 @@ __device__ __forceinline__ void stage_x_f32(const ops::MatmulArgs& a, const MvFu
     });
   } else {
     if (f.norm_weight) rows_inv_rms_scalar(a, f.eps, inv_rms, scratch);
-    for (int64_t i = threadIdx.x; i < a.m * a.k; i += blockDim.x) {
+    for (int64_t i = flat_thread(); i < a.m * a.k; i += flat_threads()) {
       const int64_t m = i / a.k;
       xs[i] = staged_x(a, f, inv_rms, m, i - m * a.k);
     }
@@ -736,12 +770,9 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
 
 // mv_dense_body for one row of x with 16-byte weight loads (the op picks it only when K
 // and the rows allow them): the flat item stream of mv1_quant_body, kMv1DenseDepth items
-// of both rows in flight per warp (f32 weights: two, for registers).
-// Launched with 8 warps per block (ops::kCudaMv1SplitThreads) it splits K in two: warps w
-// and w + 4 take the same row pairs, the first and second half of the chunks, and the
-// first adds the second's sums (through shared memory, a named barrier per warp pair).
-// For products with few row pairs (llama-1b's O and down: 1024 pairs, 8 warps per SM
-// otherwise), twice the warps keep twice the weight bytes in flight.
+// of both rows in flight per warp (f32 weights: two, for registers), the same block shape
+// (Mv1Shape). Splitting K between parts lets products with few row pairs (llama-1b's O
+// and down: 1024 pairs) keep more weight bytes in flight.
 template <DType W>
 constexpr int kMv1DenseDepth = W == DType::f32 ? 2 : 4;
 
@@ -751,25 +782,22 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
-  __shared__ float2 halves_sum[kMvWarps][2];  // split K: the second half's sums, by pair parity
+  __shared__ Mv1PartSums part_sums;
   float* xs = reinterpret_cast<float*>(smem);  // [K]
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const bool split = blockDim.x > kMvWarps * 32;
-  const int slot = warp % kMvWarps;  // the warp's row-pair stream in the block
-  const int half = warp / kMvWarps;  // split K: which half of the chunks
+  const Mv1Shape sh = mv1_shape();
+  const int lane = sh.lane;
   constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
   constexpr int kChunkWords = 32 * kDenseLoads;
   const auto* wb = static_cast<const unsigned char*>(a.w);
   const int per = f.silu ? 1 : kMvRowsPerWarp;
   const int n = static_cast<int>(a.n);
-  const int first = (static_cast<int>(blockIdx.x) * kMvWarps + slot) * per;
-  const int step_rows = static_cast<int>(gridDim.x) * kMvWarps * per;
+  const int first = (static_cast<int>(blockIdx.x) * sh.slots + sh.slot) * per;
+  const int step_rows = static_cast<int>(gridDim.x) * sh.slots * per;
   const int row_words = static_cast<int>(a.k / kVec);
-  const int all_chunks = (row_words + kChunkWords - 1) / kChunkWords;
   // This warp's chunks of every row pair: [c_first, c_first + chunks).
-  const int c_first = split && half == 1 ? all_chunks / 2 : 0;
-  const int chunks = split ? (half == 0 ? all_chunks / 2 : all_chunks - all_chunks / 2) : all_chunks;
+  const Mv1Chunks mine = mv1_chunks((row_words + kChunkWords - 1) / kChunkWords, sh);
+  const int c_first = mine.first;
+  const int chunks = mine.count;
   using Chunk = uint4[kMvRowsPerWarp][kDenseLoads];
   Chunk ring[kMv1DenseDepth<W>];
   int load_j0 = first, load_c = 0;
@@ -832,8 +860,8 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
         if (++c == chunks) {
           float v0 = warp_sum(acc[0]);
           float v1 = warp_sum(acc[1]);
-          if (split) mv1_add_second_half(halves_sum, slot, half, lane, parity, v0, v1);
-          if (lane == 0 && half == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
+          if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
+          if (lane == 0 && sh.part == 0) mv_store_row(a, f, 0, j0, v0, v1, rope_cs);
           acc[0] = acc[1] = 0.0f;
           c = 0;
           j0 += step_rows;
@@ -859,25 +887,25 @@ __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
                   f.rope.positions != nullptr ? &f.rope : nullptr};
 }
 
-// 128 threads, or 256 to split K (the same registers per thread: 4 or 2 blocks per SM).
+// The mv1 body of weight type W: dense (16-byte words) or block format.
 template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
-  mv1_dense_body<W>(a, MvFusion{});
+__device__ __forceinline__ void mv1_body(const ops::MatmulArgs& a, const MvFusion& f) {
+  if constexpr (W == DType::f32 || W == DType::f16 || W == DType::bf16) {
+    mv1_dense_body<W>(a, f);
+  } else {
+    mv1_quant_body<W>(a, f);
+  }
+}
+
+// Up to 512 threads per block (ops::cuda_mv1_dims): 128 registers per thread at most.
+template <DType W>
+__global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  mv1_body<W>(a, MvFusion{});
 }
 
 template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
-  mv1_dense_body<W>(f.mm, fusion_of(f));
-}
-
-template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
-  mv1_quant_body<W>(a, MvFusion{});
-}
-
-template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1SplitThreads, ops::kCudaMvBlocksPerSm / 2) mv1_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
-  mv1_quant_body<W>(f.mm, fusion_of(f));
+__global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+  mv1_body<W>(f.mm, fusion_of(f));
 }
 
 template <DType W>
@@ -952,23 +980,18 @@ void register_weight_type(KernelRegistry& registry) {
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv_dense_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
-    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_dense_kernel<W>),
-                                                   ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
-    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
-                                                        reinterpret_cast<const void*>(&mv1_dense_fused_kernel<W>),
-                                                        ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
   } else {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv_" + t + "_f32", reinterpret_cast<const void*>(&mv_quant_kernel<W>),
                                                    kMvWarps * 32, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv_quant_fused_kernel<W>),
                                                         kMvWarps * 32, true, kMvSharedBytes));
-    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_quant_kernel<W>),
-                                                   ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
-    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
-                                                        reinterpret_cast<const void*>(&mv1_quant_fused_kernel<W>),
-                                                        ops::kCudaMv1SplitThreads, true, kMvSharedBytes));
   }
+  registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_kernel<W>),
+                                                 ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+  registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
+                                                      reinterpret_cast<const void*>(&mv1_fused_kernel<W>),
+                                                      ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
   // mm for the other types: the tensor-core kernels of matmul_tc.cu.
   if constexpr (W == DType::f32) {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_f32_kernel), 256));
