@@ -23,6 +23,19 @@ void GraphSession::argmax(const TensorView& x, const TensorView& out) {
   args.rows = x.rows();
   args.cols = x.cols();
   args.x_stride = element_stride(x, op, "x");
+  // Long rows on CUDA (a vocabulary's logits): a cluster of blocks per row.
+  const std::string cluster = cat("argmax_cluster_", dtype_name(x.dtype));
+  if (!on_cpu(backend()) && args.cols >= ops::kCudaArgmaxClusterMinCols && args.rows <= 65535 &&
+      backend().registry().contains(cluster)) {
+    LaunchDims dims;
+    dims.grid.x = static_cast<uint32_t>(ops::cuda_argmax_chunks(args.cols));
+    dims.grid.y = static_cast<uint32_t>(args.rows);
+    dims.block.x = 1024;
+    Dispatch d(backend().registry().get(cluster), dims, args, OpKind::argmax, op);
+    d.read(x).write(out);
+    dispatch(std::move(d));
+    return;
+  }
   const Kernel& k = backend().registry().get(kernel_name(op, x.dtype));
   Dispatch d(k, row_dims(backend(), args.rows, args.cols), args, OpKind::argmax, op);
   d.read(x).write(out);

@@ -39,7 +39,7 @@ void expect_op_error(const char* op, F&& emit) {
 
 ONEPASS_OP_CASES(argmax) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {1, 32001}, {7, 333}, {3, 4097}, {130, 31}};
+      {1, 1}, {1, 32001}, {7, 333}, {3, 4097}, {130, 31}, {2, 128256}, {1, 16384}};
   for (DType t : kFloatTypes) {
     for (auto [rows, cols] : shapes) {
       // f16 / bf16 rounding makes ties common in long rows: lowest index must win.
@@ -92,6 +92,35 @@ ONEPASS_OP_CASES(argmax) {
       c.session().argmax(x, out);
       c.run();
       const std::vector<int32_t> expected = {0, 5, 6, 3, 0, 1, 0, 9, 36, 8};
+      ASSERT_EQ(argmax_reference(c.host(x), n, kCols), expected);  // the reference agrees
+      c.expect_i32(out, expected);
+    }});
+    // Rows long enough for CUDA's cluster kernel (ops::cuda_argmax_chunks: 5 chunks of
+    // 8,000 values): ties and NaNs across chunks, the lowest index must still win.
+    cases.push_back({cat("argmax/", dtype_name(t), "/ties_across_chunks"), [=](OpContext& c) {
+      constexpr int64_t kCols = 40000;
+      constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      std::vector<std::vector<float>> rows;
+      auto row = [&](float fill) { return std::vector<float>(kCols, fill); };
+      rows.push_back(row(-1.0f));  // ties in the last and the first chunk -> 5
+      rows.back()[39999] = rows.back()[5] = rows.back()[20000] = 2.0f;
+      rows.push_back(row(-1.0f));  // ties in chunks 4 and 2 only -> 16001
+      rows.back()[32003] = rows.back()[16001] = 3.0f;
+      rows.push_back(row(kNan));   // all NaN -> 0
+      rows.push_back(row(kNan));   // one -inf in chunk 3 -> 25000
+      rows.back()[25000] = -kInf;
+      rows.push_back(row(0.0f));   // NaN in chunk 0, the max at the end -> 39999
+      rows.back()[0] = kNan;
+      rows.back()[39999] = 1.0f;
+      std::vector<float> values;
+      for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
+      const auto n = static_cast<int64_t>(rows.size());
+      TensorView x = c.input_from(t, {n, kCols}, values);
+      TensorView out = c.output(DType::i32, {n});
+      c.session().argmax(x, out);
+      c.run();
+      const std::vector<int32_t> expected = {5, 16001, 0, 25000, 39999};
       ASSERT_EQ(argmax_reference(c.host(x), n, kCols), expected);  // the reference agrees
       c.expect_i32(out, expected);
     }});

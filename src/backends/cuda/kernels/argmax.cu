@@ -1,8 +1,12 @@
-// CUDA kernel: argmax_<T>. One block per row (row_dims(): a whole number of warps, at most
-// 1024 threads). Each thread scans a strided part of the row with 16-byte loads when the
-// row is aligned, then (value, index) pairs are reduced over the warp and the block.
+// CUDA kernels: argmax_<T>, one block per row (row_dims(): a whole number of warps, at
+// most 1024 threads), and argmax_cluster_<T> for long rows: a cluster of blocks per row,
+// each scanning a chunk, the first block merging their candidates from its shared memory.
+// Each thread scans a strided part of its range with 16-byte loads when it is aligned,
+// then (value, index) pairs are reduced over the warp and the block.
 #include <climits>
 #include <cstring>
+
+#include <cooperative_groups.h>
 
 #include "common.cuh"
 #include "onepass/ops/argmax.h"
@@ -20,71 +24,50 @@ __device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t
   return v > best_v || (v == best_v && i < best_i);
 }
 
+// The best (value, index) of x[begin, end) over the block (every thread gets it; begin a
+// multiple of 16 / sizeof(S) when x is 16-byte aligned, so the range is read in 16-byte
+// loads when x is).
 template <DType T>
-__global__ void argmax_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
+__device__ __forceinline__ void block_argmax(const typename Elem<T>::storage* x, int64_t begin, int64_t end,
+                                             float& best_v, int32_t& best_i) {
   using E = Elem<T>;
   using S = typename E::storage;
   constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
   __shared__ float warp_value[32];
   __shared__ int32_t warp_index[32];
-  pdl_wait();
-  const int64_t r = blockIdx.x;
-  if (r >= a.rows) return;  // whole block, before any barrier
-  const S* x = static_cast<const S*>(a.x) + r * a.x_stride;
-  const int64_t cols = a.cols;  // the op checks cols <= INT32_MAX, so indices fit int32
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
-
-  float best_v = -INFINITY;
-  int32_t best_i = kNone;
-  int64_t done = 0;
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    const int64_t vecs = cols / kVec;
+  best_v = -INFINITY;
+  best_i = kNone;
+  int64_t done = begin;
+  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {
+    const int64_t vecs = (end - begin) / kVec;
+    const uint4* v = reinterpret_cast<const uint4*>(x + begin);
 #pragma unroll 4
     for (int64_t j = tid; j < vecs; j += threads) {
-      const uint4 raw = reinterpret_cast<const uint4*>(x)[j];
+      const uint4 raw = v[j];
       S h[kVec];
       std::memcpy(h, &raw, sizeof(raw));
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
-        const float v = E::load(h[e]);
+        const float value = E::load(h[e]);
         // Indices grow within a thread, so ">" keeps the first of equal values.
-        if (v > best_v || (v == best_v && best_i == kNone)) {
-          best_v = v;
-          best_i = static_cast<int32_t>(j * kVec + e);
+        if (value > best_v || (value == best_v && best_i == kNone)) {
+          best_v = value;
+          best_i = static_cast<int32_t>(begin + j * kVec + e);
         }
       }
     }
-    done = vecs * kVec;
+    done = begin + vecs * kVec;
   }
-  for (int64_t c = done + tid; c < cols; c += threads) {
-    const float v = E::load(x[c]);
-    if (better(v, static_cast<int32_t>(c), best_v, best_i)) {
-      best_v = v;
+  for (int64_t c = done + tid; c < end; c += threads) {
+    const float value = E::load(x[c]);
+    if (better(value, static_cast<int32_t>(c), best_v, best_i)) {
+      best_v = value;
       best_i = static_cast<int32_t>(c);
     }
   }
-
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
-    const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-    if (better(v, i, best_v, best_i)) {
-      best_v = v;
-      best_i = i;
-    }
-  }
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  if (lane == 0) {
-    warp_value[warp] = best_v;
-    warp_index[warp] = best_i;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int warps = (threads + 31) >> 5;
-    best_v = lane < warps ? warp_value[lane] : -INFINITY;
-    best_i = lane < warps ? warp_index[lane] : kNone;
+  auto warp_reduce = [&] {
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
       const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
@@ -94,9 +77,73 @@ __global__ void argmax_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
         best_i = i;
       }
     }
-    // A row without any number (all NaN) gives 0, as on the CPU.
-    if (lane == 0) a.out[r] = best_i == kNone ? 0 : best_i;
+  };
+  warp_reduce();
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  if (lane == 0) {
+    warp_value[warp] = best_v;
+    warp_index[warp] = best_i;
   }
+  __syncthreads();
+  const int warps = (threads + 31) >> 5;
+  best_v = lane < warps ? warp_value[lane] : -INFINITY;
+  best_i = lane < warps ? warp_index[lane] : kNone;
+  warp_reduce();
+}
+
+template <DType T>
+__global__ void argmax_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
+  using S = typename Elem<T>::storage;
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  if (r >= a.rows) return;  // whole block, before any barrier
+  float best_v;
+  int32_t best_i;
+  // The op checks cols <= INT32_MAX, so indices fit int32.
+  block_argmax<T>(static_cast<const S*>(a.x) + r * a.x_stride, 0, a.cols, best_v, best_i);
+  // A row without any number (all NaN) gives 0, as on the CPU.
+  if (threadIdx.x == 0) a.out[r] = best_i == kNone ? 0 : best_i;
+}
+
+// Grid {chunks, rows} in clusters of {chunks, 1, 1} (ops::kCudaArgmaxClusterMax at most):
+// block (c, r) takes chunk c of row r (ops::argmax_chunk_begin) and stores its candidate
+// into slot c of the first block's shared memory; after one cluster barrier the first
+// block merges the slots in chunk order (the lower index wins ties across chunks too).
+template <DType T>
+__global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
+  using S = typename Elem<T>::storage;
+  namespace cg = cooperative_groups;
+  __shared__ float chunk_value[ops::kCudaArgmaxClusterMax];
+  __shared__ int32_t chunk_index[ops::kCudaArgmaxClusterMax];
+  const cg::cluster_group cluster = cg::this_cluster();
+  // Every block must have started before another stores into its shared memory: arrive
+  // now, wait just before the stores.
+  cluster.barrier_arrive();
+  pdl_wait();
+  const int64_t r = blockIdx.y;
+  const int chunk = static_cast<int>(blockIdx.x);
+  const int chunks = static_cast<int>(gridDim.x);
+  float best_v;
+  int32_t best_i;
+  block_argmax<T>(static_cast<const S*>(a.x) + r * a.x_stride, ops::argmax_chunk_begin(chunk, chunks, a.cols),
+                  ops::argmax_chunk_begin(chunk + 1, chunks, a.cols), best_v, best_i);
+  cluster.barrier_wait();
+  if (threadIdx.x == 0) {
+    *cluster.map_shared_rank(chunk_value + chunk, 0) = best_v;
+    *cluster.map_shared_rank(chunk_index + chunk, 0) = best_i;
+  }
+  cluster.sync();  // every slot is written and visible to the first block
+  if (chunk != 0 || threadIdx.x != 0) return;
+  best_v = chunk_value[0];
+  best_i = chunk_index[0];
+  for (int c = 1; c < chunks; ++c) {
+    if (better(chunk_value[c], chunk_index[c], best_v, best_i)) {
+      best_v = chunk_value[c];
+      best_i = chunk_index[c];
+    }
+  }
+  a.out[r] = best_i == kNone ? 0 : best_i;  // all NaN: 0, as on the CPU
 }
 
 }  // namespace
@@ -105,6 +152,10 @@ void register_argmax_cuda_kernels(KernelRegistry& registry) {
   for_each_float_type([&]<DType T>() {
     registry.add(make_cuda_kernel<ops::ArgmaxArgs>(
         std::string("argmax_") + Elem<T>::name, reinterpret_cast<const void*>(&argmax_kernel<T>)));
+    Kernel cluster = make_cuda_kernel<ops::ArgmaxArgs>(std::string("argmax_cluster_") + Elem<T>::name,
+                                                       reinterpret_cast<const void*>(&argmax_cluster_kernel<T>));
+    cluster.cluster_rows = true;
+    registry.add(std::move(cluster));
   });
 }
 
