@@ -56,6 +56,7 @@ struct LlamaModel::Buffers {
   TensorView qkv, gate_up;                               // decode: [1, q+2kv], [1, 2 ffn]
   TensorView logits;                                     // [1, vocab] f32
   TensorView next_token;                                 // i32 [1]
+  TensorView history;  // i32 [context + 1]: token at each position, as fed on the device
   BufferView flash_scratch;
 
   TensorView ids(int64_t n) const {
@@ -264,6 +265,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
   buffers->gate_up = act(1, 2 * c.ffn);
   buffers->logits = act(1, c.vocab_size);
   buffers->next_token = b.alloc_tensor(DType::i32, Shape{1});
+  buffers->history = b.alloc_tensor(DType::i32, Shape{ctx + 1});
   buffers->flash_scratch = b.alloc(ops::flash_decode_scratch_bytes(c.heads, ctx, c.head_dim));
   buffers_ = std::move(buffers);
   logits_.resize(static_cast<size_t>(c.vocab_size));
@@ -274,7 +276,11 @@ size_t LlamaModel::kv_bytes_read(int64_t kv_length) const {
                                                                  config_.head_dim);
 }
 
-size_t LlamaModel::decode_dispatches() const { return decode_graph_ ? decode_graph_->stats().dispatches : 0; }
+size_t LlamaModel::decode_dispatches() const {
+  // The steady decode step: fed on the device once decode_greedy_run has run.
+  const CapturedGraph* g = fed_decode_graph_ ? fed_decode_graph_.get() : decode_graph_.get();
+  return g ? g->stats().dispatches : 0;
+}
 
 namespace {
 
@@ -301,13 +307,14 @@ void run_parts(GraphSession& s, const TensorView& x, const std::vector<Linear>& 
 
 }  // namespace
 
-void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step) {
+void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool fed) {
   const LlamaConfig& c = config_;
   const Buffers& b = *buffers_;
   check(n >= 1 && n <= b.max_batch, "model", "batch of ", n, " tokens (1..", b.max_batch, ")");
   check(!decode_step || n == 1, "model", "a decode step takes one token");
+  check(!fed || decode_step, "model", "only a decode step takes its inputs from the previous one");
   const int64_t hd = c.head_dim;
-  s.copy_bytes(b.step_host, b.step_dev);
+  if (!fed) s.copy_bytes(b.step_host, b.step_dev);
   const TensorView ids = b.ids(n);
   const TensorView positions = b.positions(n);
   const TensorView x = b.x.rows_slice(0, n);
@@ -402,6 +409,12 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step) {
   s.argmax(b.logits, b.next_token);
   s.keep(b.logits);
   s.keep(b.next_token);
+  if (decode_step) {
+    // The next step's inputs, for decode_greedy_run (a step whose inputs come from the
+    // host overwrites them).
+    s.feed_token(b.next_token, b.ids(1), b.positions(1), b.kv_length(), b.history);
+    for (const TensorView& t : {b.ids(1), b.positions(1), b.kv_length(), b.history}) s.keep(t);
+  }
 }
 
 void LlamaModel::set_step(std::span<const int32_t> tokens) {
@@ -471,6 +484,12 @@ void LlamaModel::run_decode(int32_t token) {
     ++position_;
     return;
   }
+  launch_decode(token);
+  decode_graph_->wait();
+  ++position_;
+}
+
+void LlamaModel::launch_decode(int32_t token) {
   if (!decode_graph_) {
     GraphSession s = executor_.begin_recorded();
     emit_forward(s, 1, true);
@@ -480,8 +499,6 @@ void LlamaModel::run_decode(int32_t token) {
   set_step(std::span<const int32_t>(&token, 1));
   decode_graph_->launch();
   last_step_host_ns_ = now_ns() - t0;
-  decode_graph_->wait();
-  ++position_;
 }
 
 std::span<const float> LlamaModel::decode(int32_t token) {
@@ -495,6 +512,34 @@ int32_t LlamaModel::decode_greedy(int32_t token) {
   int32_t next = 0;
   buffers_->next_token.view.read(&next, 4);
   return next;
+}
+
+std::vector<int32_t> LlamaModel::decode_greedy_run(int32_t token, int64_t count) {
+  check(count >= 0, "model", "decode_greedy_run of ", count, " tokens");
+  check(position_ + count <= options_.context, "model", "context full: ", position_, " + ", count,
+        " tokens exceed the context of ", options_.context, " (use --ctx to enlarge it)");
+  std::vector<int32_t> out;
+  if (!options_.replay || count <= 1) {
+    for (int64_t i = 0; i < count; ++i) out.push_back(token = decode_greedy(token));
+    return out;
+  }
+  if (!fed_decode_graph_) {
+    GraphSession s = executor_.begin_recorded();
+    emit_forward(s, 1, true, true);
+    fed_decode_graph_ = std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture);
+  }
+  launch_decode(token);  // the first step's inputs come from the host
+  const uint64_t t0 = now_ns();
+  for (int64_t i = 1; i < count; ++i) fed_decode_graph_->launch();
+  last_step_host_ns_ = (now_ns() - t0) / static_cast<uint64_t>(count - 1);
+  fed_decode_graph_->wait();  // the steps run in launch order on one stream
+  // Step i fed the token at position first + i + 1 into the history.
+  const int64_t first = position_;
+  position_ += count;
+  out.resize(static_cast<size_t>(count));
+  buffers_->history.view.slice(static_cast<size_t>(first + 1) * 4, static_cast<size_t>(count) * 4)
+      .read(out.data(), static_cast<size_t>(count) * 4);
+  return out;
 }
 
 }  // namespace onepass::model

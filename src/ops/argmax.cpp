@@ -42,4 +42,33 @@ void GraphSession::argmax(const TensorView& x, const TensorView& out) {
   dispatch(std::move(d));
 }
 
+void GraphSession::feed_token(const TensorView& token, const TensorView& ids, const TensorView& positions,
+                              const TensorView& kv_length, const TensorView& history) {
+  using namespace ops::detail;
+  const char* op = "feed_token";
+  const std::pair<const TensorView*, const char*> one_value[] = {
+      {&token, "token"}, {&ids, "ids"}, {&positions, "positions"}, {&kv_length, "kv_length"}};
+  for (const auto& [t, name] : one_value) {
+    require_data(*t, op, name);
+    require_dtype(*t, DType::i32, op, name);
+    check(t->numel() >= 1, op, name, " is empty");
+  }
+  ops::FeedTokenArgs args{};
+  args.token = static_cast<const int32_t*>(token.data());
+  args.ids = static_cast<int32_t*>(ids.data());
+  args.positions = static_cast<int32_t*>(positions.data());
+  args.kv_length = static_cast<int32_t*>(kv_length.data());
+  if (history.view) {
+    require_dtype(history, DType::i32, op, "history");
+    check(history.contiguous(), op, "history must be contiguous");
+    args.history = static_cast<int32_t*>(history.data());
+    args.history_size = history.numel();
+  }
+  LaunchDims dims;  // one block; one thread on CUDA
+  Dispatch d(backend().registry().get("feed_token"), dims, args, OpKind::argmax, op);
+  d.read(token).read(positions).read(kv_length).write(ids).write(positions).write(kv_length);
+  if (history.view) d.write(history);
+  dispatch(std::move(d));
+}
+
 }  // namespace onepass

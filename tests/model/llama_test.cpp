@@ -7,6 +7,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/model/llama.h"
+#include "onepass/model/sampler.h"
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
 
@@ -327,6 +328,38 @@ TEST(Llama, GreedyDecodeMatchesHostArgmax) {
   }
 }
 
+// decode_greedy_run feeds each step from the previous one on the device: the same tokens
+// and the same state afterwards as a loop of decode_greedy (bit for bit on the CPU).
+TEST(Llama, GreedyRunContinuesLikeDecodeGreedy) {
+  auto src = make_random_source(tiny(), DType::f32, 5);
+  auto backend = testing::cpu_backend();
+  LlamaModel a(backend, *src, LoadOptions{.context = 32});
+  LlamaModel b(backend, *src, LoadOptions{.context = 32});
+  const auto prompt = some_tokens(5, 11, 97);
+  const int32_t first = model::argmax(a.prefill(prompt));
+  ASSERT_EQ(first, model::argmax(b.prefill(prompt)));
+  int32_t t = first;
+  std::vector<int32_t> expected;
+  for (int i = 0; i < 12; ++i) expected.push_back(t = a.decode_greedy(t));
+  // Runs of 1, 4 and 7 steps; each starts from the last token of the one before.
+  std::vector<int32_t> got;
+  t = first;
+  for (int64_t run : {1, 4, 7}) {
+    const std::vector<int32_t> part = b.decode_greedy_run(t, run);
+    ASSERT_EQ(part.size(), static_cast<size_t>(run));
+    got.insert(got.end(), part.begin(), part.end());
+    t = part.back();
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(b.position(), a.position());
+  // The cache the runs wrote serves the next step exactly as a's.
+  const auto la = a.decode(t);
+  const std::vector<float> want(la.begin(), la.end());
+  const auto lb = b.decode(t);
+  ASSERT_EQ(std::memcmp(want.data(), lb.data(), want.size() * 4), 0);
+  EXPECT_THROW(b.decode_greedy_run(t, 32), Error);  // past the context
+}
+
 TEST(Llama, BadInputIsAClearError) {
   auto src = make_random_source(tiny(), DType::f32, 3);
   auto backend = testing::cpu_backend();
@@ -378,6 +411,35 @@ TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
     EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 1));
     EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
     EXPECT_EQ(a.decode_dispatches() + 6 * static_cast<size_t>(c.layers) + 1, b.decode_dispatches());
+  }
+}
+
+// The device-fed greedy run on the GPU: the same kernels on the same inputs as step by
+// step, so the same tokens, and a next step with the same logits bit for bit.
+TEST(Llama, GpuGreedyRunMatchesStepByStepGreedy) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  for (DType type : {DType::f16, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    auto src = make_random_source(wide(), type, seed);
+    auto gpu = make_cuda_backend(0, testing::test_options());
+    LlamaModel a(gpu, *src, LoadOptions{.context = 64});
+    LlamaModel b(gpu, *src, LoadOptions{.context = 64});
+    const auto prompt = some_tokens(6, seed, 97);
+    const int32_t first = model::argmax(a.prefill(prompt));
+    ASSERT_EQ(first, model::argmax(b.prefill(prompt)));
+    int32_t t = first;
+    std::vector<int32_t> expected;
+    for (int i = 0; i < 20; ++i) expected.push_back(t = a.decode_greedy(t));
+    std::vector<int32_t> got = b.decode_greedy_run(first, 3);
+    const std::vector<int32_t> rest = b.decode_greedy_run(got.back(), 17);
+    got.insert(got.end(), rest.begin(), rest.end());
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(b.position(), a.position());
+    const auto la = a.decode(t);
+    const std::vector<float> want(la.begin(), la.end());
+    const auto lb = b.decode(t);
+    EXPECT_EQ(std::memcmp(want.data(), lb.data(), want.size() * 4), 0);
   }
 }
 

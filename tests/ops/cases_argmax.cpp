@@ -1,5 +1,6 @@
 // Op cases: argmax (random rows, explicit ties, NaN and infinities).
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "support/op_harness.h"
@@ -125,9 +126,39 @@ ONEPASS_OP_CASES(argmax) {
       c.expect_i32(out, expected);
     }});
   }
+  // feed_token: the next decode step's inputs from an argmax. Position 5 feeds history[6];
+  // position 7 is the last one a history of 8 holds (history[8] does not exist: no
+  // write); without a history only the inputs advance.
+  for (int32_t position : {5, 7, -1}) {
+    for (bool with_history : {true, false}) {
+      cases.push_back({cat("feed_token/position_", position, with_history ? "" : "_no_history"), [=](OpContext& c) {
+        TensorView token = c.input_i32({1}, {42});
+        TensorView ids = c.input_i32({1}, {7});
+        TensorView positions = c.input_i32({1}, {position});
+        TensorView kv_length = c.input_i32({1}, {position + 1});
+        TensorView history = with_history ? c.output(DType::i32, {8}) : TensorView{};
+        c.session().feed_token(token, ids, positions, kv_length, history);
+        c.run();
+        c.expect_i32(ids, {42}, "ids");
+        c.expect_i32(positions, {position + 1}, "positions");
+        c.expect_i32(kv_length, {position + 2}, "kv_length");
+        if (with_history) {
+          int32_t poison = 0;
+          std::memset(&poison, kPoisonByte, sizeof(poison));
+          std::vector<int32_t> expected(8, poison);
+          if (position + 1 >= 0 && position + 1 < 8) expected[static_cast<size_t>(position + 1)] = 42;
+          c.expect_i32(history, expected, "history");
+        }
+      }});
+    }
+  }
 }
 
 TEST(ArgmaxValidation, RejectsBadArguments) {
+  expect_op_error("feed_token", [](GraphSession& s, Backend& b) {
+    TensorView i = b.alloc_tensor(DType::i32, {1});
+    s.feed_token(b.alloc_tensor(DType::f32, {1}), i, i, i, TensorView{});  // a float token
+  });
   expect_op_error("argmax", [](GraphSession& s, Backend& b) {
     s.argmax(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {3}));
   });

@@ -1,5 +1,7 @@
 // onepass generate: stream a completion (or a chat answer) of a prompt.
+#include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -114,6 +116,8 @@ int run_generate(const GenerateArgs& args) {
   int64_t generated = 0;
   int64_t decode_steps = 0;
   bool context_full = false;
+  constexpr int64_t kGreedyRun = 16;
+  std::deque<int32_t> pending;  // greedy tokens computed ahead of printing
   while (generated < args.tokens && !tokenizer.is_end_of_generation(next)) {
     const std::string piece = detokenizer.push(next);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -124,8 +128,20 @@ int run_generate(const GenerateArgs& args) {
       context_full = true;
       break;
     }
-    // Greedy decoding takes the argmax on the device: no logits download.
-    next = greedy ? llama.decode_greedy(next) : sampler.sample(llama.decode(next));
+    if (greedy) {
+      // Greedy decoding takes the argmax on the device (no logits download) and runs up to
+      // kGreedyRun steps back to back, each fed by the previous one on the device; tokens
+      // past an end of generation are computed but never printed.
+      if (pending.empty()) {
+        const int64_t run = std::min({kGreedyRun, args.tokens - generated, llama.context() - llama.position()});
+        const std::vector<int32_t> tokens = llama.decode_greedy_run(next, run);
+        pending.assign(tokens.begin(), tokens.end());
+      }
+      next = pending.front();
+      pending.pop_front();
+    } else {
+      next = sampler.sample(llama.decode(next));
+    }
     ++decode_steps;
   }
   const double decode_seconds = now_seconds() - decode_start;

@@ -186,6 +186,11 @@ class GraphSession {
   void copy_bytes(const BufferView& src, const BufferView& dst);
   /// out[r] = index of the largest value of row r (i32; lowest index on ties).
   void argmax(const TensorView& x, const TensorView& out);
+  /// Greedy decoding on the device (ops::FeedTokenArgs): token [1] (an argmax) becomes
+  /// the next step's input id, positions and kv_length advance by one, and the token is
+  /// recorded at history[position + 1]. All i32; history may be empty.
+  void feed_token(const TensorView& token, const TensorView& ids, const TensorView& positions,
+                  const TensorView& kv_length, const TensorView& history);
   /// out [M, N] = x [M, K] · wᵀ, w [N, K] in f32/f16/bf16 or a GGML block format;
   /// f32 accumulation.
   void matmul(const TensorView& x, const TensorView& w, const TensorView& out);

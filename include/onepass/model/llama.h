@@ -80,6 +80,11 @@ class LlamaModel {
   /// Appends one token and returns the most likely next token (argmax on the device,
   /// no logits download).
   int32_t decode_greedy(int32_t token);
+  /// decode_greedy `count` times from `token`, returning the `count` tokens produced. With
+  /// replay on, the steps after the first take their input from the previous step's argmax
+  /// on the device (ops::FeedTokenArgs) and are launched back to back, with one wait at
+  /// the end: no host round trip per token. The same tokens as the loop of decode_greedy.
+  std::vector<int32_t> decode_greedy_run(int32_t token, int64_t count);
 
   /// Bytes of weights read per decoded token, and KV bytes read per token at `kv_length`.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -94,8 +99,10 @@ class LlamaModel {
   size_t decode_dispatches() const;
 
   /// Emits one forward pass over `n_tokens` tokens into `session`, reading token ids and
-  /// positions from the batch buffers. Exposed for tests and profiling.
-  void emit_forward(GraphSession& session, int64_t n_tokens, bool decode_step);
+  /// positions from the batch buffers. A decode step ends by feeding its argmax to the
+  /// next step's inputs on the device; `fed`: its own inputs are already there (no copy
+  /// from the host-written step buffer). Exposed for tests and profiling.
+  void emit_forward(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed = false);
 
  private:
   struct Buffers;
@@ -103,6 +110,7 @@ class LlamaModel {
   void warm_up_library();
   void set_step(std::span<const int32_t> tokens);
   void run_decode(int32_t token);
+  void launch_decode(int32_t token);  // sets the step's inputs and launches decode_graph_
 
   std::shared_ptr<Backend> backend_;
   LoadOptions options_;
@@ -115,6 +123,7 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<CapturedGraph> decode_graph_;
+  std::unique_ptr<CapturedGraph> fed_decode_graph_;  // decode_greedy_run after its first step
   /// Recorded prefill chunks by token count, most recently used last (with replay on).
   struct PrefillGraph {
     int64_t tokens;

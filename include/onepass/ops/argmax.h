@@ -41,4 +41,18 @@ struct ArgmaxArgs {
   int64_t x_stride;
 };
 
+/// Kernel feed_token (greedy decoding on the device): the next step's inputs from this
+/// step's argmax, so that decode steps can follow each other without the host.
+///   p = positions[0]; history[p + 1] = token[0] when 0 <= p + 1 < history_size (and
+///   history is set); ids[0] = token[0]; positions[0] = p + 1; kv_length[0] += 1.
+/// Work: one block of one thread (CPU: one block).
+struct FeedTokenArgs {
+  const int32_t* token;
+  int32_t* ids;
+  int32_t* positions;
+  int32_t* kv_length;
+  int32_t* history;  // optional
+  int64_t history_size;
+};
+
 }  // namespace onepass::ops

@@ -146,9 +146,21 @@ __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_const
   a.out[r] = best_i == kNone ? 0 : best_i;  // all NaN: 0, as on the CPU
 }
 
+__global__ void feed_token_kernel(const __grid_constant__ ops::FeedTokenArgs a) {
+  pdl_wait();
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const int32_t token = a.token[0];
+  const int64_t next = int64_t{a.positions[0]} + 1;
+  if (a.history != nullptr && next >= 0 && next < a.history_size) a.history[next] = token;
+  a.ids[0] = token;
+  a.positions[0] = static_cast<int32_t>(next);
+  a.kv_length[0] += 1;
+}
+
 }  // namespace
 
 void register_argmax_cuda_kernels(KernelRegistry& registry) {
+  registry.add(make_cuda_kernel<ops::FeedTokenArgs>("feed_token", reinterpret_cast<const void*>(&feed_token_kernel), 32));
   for_each_float_type([&]<DType T>() {
     registry.add(make_cuda_kernel<ops::ArgmaxArgs>(
         std::string("argmax_") + Elem<T>::name, reinterpret_cast<const void*>(&argmax_kernel<T>)));
