@@ -65,7 +65,7 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
   // 1024-value chunks per row: a warp's unit of loading (32 lanes x 32 values, or 64
   // 16-byte words of dense weights).
   const int64_t chunk_bytes = quantized ? 1024 / dtype_block_elems(w) * dtype_size(w) : 1024;
-  const int64_t chunks = quantized ? (k / 32 + 31) / 32 : (row_bytes / 16 + 63) / 64;
+  const int64_t chunks = quantized ? (k / 32 + 31) / 32 : (k * static_cast<int64_t>(dtype_size(w)) / 16 + 63) / 64;
   const int64_t pairs = (n + 1) / 2;
   // Blocks of 8 warps, 2 per SM: fewer, larger blocks than the general mv kernels' 4 x
   // 4 (x is staged once per block; measured 1-3% faster on the reference models, where

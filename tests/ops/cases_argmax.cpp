@@ -36,6 +36,22 @@ void expect_op_error(const char* op, F&& emit) {
   }
 }
 
+// Runs argmax over explicit rows (of equal length) and expects `expected`, which the
+// reference must agree with.
+void expect_argmax_of_rows(OpContext& c, DType t, const std::vector<std::vector<float>>& rows,
+                           const std::vector<int32_t>& expected) {
+  const auto n = static_cast<int64_t>(rows.size());
+  const auto cols = static_cast<int64_t>(rows.front().size());
+  std::vector<float> values;
+  for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
+  TensorView x = c.input_from(t, {n, cols}, values);
+  TensorView out = c.output(DType::i32, {n});
+  c.session().argmax(x, out);
+  c.run();
+  ASSERT_EQ(argmax_reference(c.host(x), n, cols), expected);  // the reference agrees
+  c.expect_i32(out, expected);
+}
+
 }  // namespace
 
 ONEPASS_OP_CASES(argmax) {
@@ -85,16 +101,7 @@ ONEPASS_OP_CASES(argmax) {
       rows.push_back(row(-3.0f));                              // NaNs around ties -> 8
       rows.back()[7] = kNan;
       rows.back()[8] = rows.back()[16] = rows.back()[24] = -2.0f;
-      std::vector<float> values;
-      for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
-      const auto n = static_cast<int64_t>(rows.size());
-      TensorView x = c.input_from(t, {n, kCols}, values);
-      TensorView out = c.output(DType::i32, {n});
-      c.session().argmax(x, out);
-      c.run();
-      const std::vector<int32_t> expected = {0, 5, 6, 3, 0, 1, 0, 9, 36, 8};
-      ASSERT_EQ(argmax_reference(c.host(x), n, kCols), expected);  // the reference agrees
-      c.expect_i32(out, expected);
+      expect_argmax_of_rows(c, t, rows, {0, 5, 6, 3, 0, 1, 0, 9, 36, 8});
     }});
     // Rows long enough for CUDA's cluster kernel (ops::cuda_argmax_chunks: 5 chunks of
     // 8,000 values): ties and NaNs across chunks, the lowest index must still win.
@@ -114,16 +121,7 @@ ONEPASS_OP_CASES(argmax) {
       rows.push_back(row(0.0f));   // NaN in chunk 0, the max at the end -> 39999
       rows.back()[0] = kNan;
       rows.back()[39999] = 1.0f;
-      std::vector<float> values;
-      for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
-      const auto n = static_cast<int64_t>(rows.size());
-      TensorView x = c.input_from(t, {n, kCols}, values);
-      TensorView out = c.output(DType::i32, {n});
-      c.session().argmax(x, out);
-      c.run();
-      const std::vector<int32_t> expected = {5, 16001, 0, 25000, 39999};
-      ASSERT_EQ(argmax_reference(c.host(x), n, kCols), expected);  // the reference agrees
-      c.expect_i32(out, expected);
+      expect_argmax_of_rows(c, t, rows, {5, 16001, 0, 25000, 39999});
     }});
   }
   // feed_token: the next decode step's inputs from an argmax. Position 5 feeds history[6];

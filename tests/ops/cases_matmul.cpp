@@ -228,6 +228,28 @@ ONEPASS_OP_CASES(matmul) {
         add_case(cases, t, 1, 7, per_word * words, words == 320 ? 5 : 0, false);
       }
     }
+    // One row of x and dense weight rows far apart (a column slice of a wider matrix): the
+    // row stride says 4+ KB, but K = 256 is one chunk, so the CUDA one-row kernel must not
+    // split K (a part without chunks would never finish its row pairs).
+    if (!dtype_is_quantized(t)) {
+      cases.push_back({cat("matmul/", dtype_name(t), "/m1_n7_k256_wide_rows"), [=](OpContext& c) {
+        constexpr int64_t kN = 7, kK = 256, kWide = 2304;
+        TensorView x = c.random_input(DType::f32, {1, kK});
+        std::vector<double> wide_values, wide_offsets;
+        TensorView wide = weight_input(c, t, {kN, kWide}, wide_values, wide_offsets, false);
+        TensorView w(wide.view, t, Shape{kN, kK}, wide.row_stride);
+        std::vector<double> w_values, offsets(static_cast<size_t>(kN * kK), 0.0);
+        for (int64_t r = 0; r < kN; ++r) {
+          w_values.insert(w_values.end(), wide_values.begin() + r * kWide, wide_values.begin() + r * kWide + kK);
+        }
+        TensorView out = c.output(DType::f32, {1, kN});
+        c.session().matmul(x, w, out);
+        c.run();
+        double atol = 0;
+        const std::vector<double> ref = matmul_reference(c.host(x), w_values, offsets, 1, kN, kK, atol, false, 0.0);
+        c.expect_near(out, ref, Tolerance{atol, 0.0});
+      }});
+    }
     // One row of x and more row pairs than the CUDA one-row kernels have warps (2 blocks
     // of 8 per SM: 2,112 on 132 SMs), so warps take several pairs in turn.
     add_case(cases, t, 1, 4500, 512, 0, false);

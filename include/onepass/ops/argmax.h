@@ -55,4 +55,17 @@ struct FeedTokenArgs {
   int64_t history_size;
 };
 
+/// What feed_token does, for the CPU and the CUDA kernel alike.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void feed_token_apply(const FeedTokenArgs& a) {
+  const int32_t token = a.token[0];
+  const int64_t next = int64_t{a.positions[0]} + 1;
+  if (a.history != nullptr && next >= 0 && next < a.history_size) a.history[next] = token;
+  a.ids[0] = token;
+  a.positions[0] = static_cast<int32_t>(next);
+  a.kv_length[0] += 1;
+}
+
 }  // namespace onepass::ops

@@ -38,14 +38,7 @@ void argmax_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t 
 }
 
 void feed_token_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
-  if (first >= end) return;
-  const auto& a = *static_cast<const ops::FeedTokenArgs*>(raw);
-  const int32_t token = a.token[0];
-  const int64_t next = int64_t{a.positions[0]} + 1;
-  if (a.history != nullptr && next >= 0 && next < a.history_size) a.history[next] = token;
-  a.ids[0] = token;
-  a.positions[0] = static_cast<int32_t>(next);
-  a.kv_length[0] += 1;
+  if (first < end) ops::feed_token_apply(*static_cast<const ops::FeedTokenArgs*>(raw));
 }
 
 }  // namespace

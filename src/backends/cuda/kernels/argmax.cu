@@ -148,13 +148,7 @@ __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_const
 
 __global__ void feed_token_kernel(const __grid_constant__ ops::FeedTokenArgs a) {
   pdl_wait();
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const int32_t token = a.token[0];
-  const int64_t next = int64_t{a.positions[0]} + 1;
-  if (a.history != nullptr && next >= 0 && next < a.history_size) a.history[next] = token;
-  a.ids[0] = token;
-  a.positions[0] = static_cast<int32_t>(next);
-  a.kv_length[0] += 1;
+  if (threadIdx.x == 0 && blockIdx.x == 0) ops::feed_token_apply(a);
 }
 
 }  // namespace
