@@ -15,6 +15,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/model/gguf.h"
+#include "support/testing.h"
 
 namespace onepass {
 namespace {
@@ -49,8 +50,7 @@ class CliTest : public ::testing::Test {
       GTEST_SKIP() << "the onepass binary is not built next to this test (" << tool_
                    << "); build target onepass_tool";
     }
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / cat("onepass_cli_", ::getpid(), "_", info->name());
+    dir_ = fs::temp_directory_path() / onepass::testing::test_temp_name("onepass_cli_");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -17,6 +17,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/model/gguf.h"
+#include "support/testing.h"
 
 namespace onepass {
 namespace {
@@ -27,9 +28,8 @@ namespace fs = std::filesystem;
 class GgufTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = fs::temp_directory_path() /
-           cat("onepass_gguf_", ::getpid(), "_", info->test_suite_name(), "_", info->name());
+           onepass::testing::test_temp_name("onepass_gguf_");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -30,8 +30,7 @@ namespace fs = std::filesystem;
 class ModelMakerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / cat("onepass_maker_", ::getpid(), "_", info->name());
+    dir_ = fs::temp_directory_path() / onepass::testing::test_temp_name("onepass_maker_");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -19,6 +19,7 @@
 #include "onepass/core/half.h"
 #include "onepass/model/mlx_model.h"
 #include "onepass/model/safetensors.h"
+#include "support/testing.h"
 
 namespace onepass {
 namespace {
@@ -108,8 +109,7 @@ std::string error_of(const std::vector<uint8_t>& bytes) {
 class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / cat("onepass_st_", ::getpid(), "_", info->name());
+    dir_ = fs::temp_directory_path() / onepass::testing::test_temp_name("onepass_st_");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

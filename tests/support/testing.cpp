@@ -1,5 +1,7 @@
 #include "support/testing.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -118,6 +120,16 @@ double max_scaled_error(const std::vector<float>& actual, const std::vector<doub
     }
   }
   return worst;
+}
+
+std::string test_temp_name(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = prefix + std::to_string(::getpid());
+  if (info != nullptr) name += std::string("_") + info->test_suite_name() + "_" + info->name();
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  return name;
 }
 
 }  // namespace onepass::testing

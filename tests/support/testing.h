@@ -40,6 +40,12 @@ std::vector<float> download_floats(const TensorView& t);
 /// Rounds through the dtype (what storing then loading does).
 float round_to(DType t, float v);
 
+/// A directory name for the running test under the system's temporary directory:
+/// "<prefix><pid>_<suite>_<test>", with the '/' of parameterised names replaced, so that
+/// the fixture's remove_all takes the whole directory (a '/' made nested directories whose
+/// parents stayed behind in /tmp).
+std::string test_temp_name(const std::string& prefix);
+
 /// Largest |a-b| / (atol + rtol*|b|) over the arrays; NaN anywhere counts as infinity.
 double max_scaled_error(const std::vector<float>& actual, const std::vector<double>& expected,
                         double atol, double rtol, size_t* worst_index = nullptr);
