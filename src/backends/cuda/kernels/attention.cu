@@ -544,26 +544,43 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   cluster.sync();  // every slot is written and visible to the first block
   if (chunk != 0) return;
-  // The merge: weights exp(m_c - M) over the partials with l > 0.
+  // The merge: weights exp(m_c - M) over the partials with l > 0. Lane c of the first warp
+  // finds M with the others and computes chunk c's weight once; then every thread sums in
+  // chunk order over loops unrolled to the cluster's largest size, so their shared-memory
+  // loads are issued together. (Every thread walking the chunks' states one dependent load
+  // and exp at a time took ~1 µs.)
+  constexpr int kMaxChunks = static_cast<int>(ops::kCudaFlashDecodeClusterMax);
+  // In the block's attention regions, free once its own partial is in its slot.
+  float* chunk_weight = sh.acc(0);
+  float* chunk_l = chunk_weight + kMaxChunks;
+  float& merged_max = chunk_l[kMaxChunks];
   const int chunks = static_cast<int>(a.chunks);
-  float m_all = -INFINITY;
-  for (int c = 0; c < chunks; ++c) {
-    const float* state = slots + c * slot_floats + slot_dims;
-    if (state[1] > 0.0f) m_all = fmaxf(m_all, state[0]);
+  if (threadIdx.x < 32) {
+    const int c = static_cast<int>(threadIdx.x);
+    const float* state = slots + (c < chunks ? c : 0) * slot_floats + slot_dims;
+    const float l = c < chunks ? state[1] : 0.0f;
+    const float m_all = warp_max(l > 0.0f ? state[0] : -INFINITY);
+    if (c < kMaxChunks) {
+      chunk_l[c] = l;
+      chunk_weight[c] = l > 0.0f ? expf(state[0] - m_all) : 0.0f;
+    }
+    if (c == 0) merged_max = m_all;
   }
+  __syncthreads();
+  const float m_all = merged_max;
   float sum = 0.0f;
-  for (int c = 0; c < chunks; ++c) {
-    const float* state = slots + c * slot_floats + slot_dims;
-    if (state[1] > 0.0f) sum += state[1] * expf(state[0] - m_all);
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    if (c < chunks && chunk_l[c] > 0.0f) sum = fmaf(chunk_l[c], chunk_weight[c], sum);
   }
   const float inv = 1.0f / sum;
   float* out = a.out + head * a.out_stride;
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float value = 0.0f;
-    for (int c = 0; fits && c < chunks; ++c) {
-      const float* part = slots + c * slot_floats;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
       // An empty partial is skipped, not multiplied: its acc was never written.
-      if (part[slot_dims + 1] > 0.0f) value = fmaf(part[d], expf(part[slot_dims] - m_all), value);
+      if (fits && c < chunks && chunk_l[c] > 0.0f) value = fmaf(slots[c * slot_floats + d], chunk_weight[c], value);
     }
     // No valid key: zeros. A head longer than the shared buffers: NaN, not silence.
     out[d] = !fits ? __int_as_float(0x7fc00000) : m_all == -INFINITY ? 0.0f : value * inv;
