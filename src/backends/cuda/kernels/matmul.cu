@@ -114,15 +114,13 @@ __device__ __forceinline__ bool x_one_batch(const ops::MatmulArgs& a) {
   return a.k / 4 <= int64_t{kXBatch} * flat_threads();
 }
 
-// load_x_batch of a whole row (x_one_batch) with a fused norm: x and the norm weight are
-// loaded together and 1 / rms is reduced from those registers, saving rows_inv_rms's extra
-// pass over x (an L2 round trip). Same sums in the same order as rows_inv_rms. Called by
-// every thread (block_sum synchronises).
-__device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, bool vec,
-                                              float* scratch, float4 (&e)[kXBatch]) {
+// x and the fused norm's weight of row m in one batch (x_one_batch: every load issued
+// before any is used); returns this thread's share of the sum of squares of x, summed as
+// in rows_inv_rms.
+__device__ __forceinline__ float load_x_and_norm_weight(const ops::MatmulArgs& a, const MvFusion& f, int64_t m,
+                                                        bool vec, float4 (&e)[kXBatch], float4 (&w)[kXBatch]) {
   const int64_t k4 = a.k / 4;
   const float* xr = a.x + m * a.x_stride;
-  float4 w[kXBatch];
 #pragma unroll
   for (int j = 0; j < kXBatch; ++j) {
     const int64_t i = x_batch_index(0, j);
@@ -132,13 +130,54 @@ __device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const Mv
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kXBatch; ++j) sum += e[j].x * e[j].x + e[j].y * e[j].y + e[j].z * e[j].z + e[j].w * e[j].w;
-  sum = block_sum(sum, scratch);
+  return sum;
+}
+
+// load_x_batch of a whole row (x_one_batch) with a fused norm: x and the norm weight are
+// loaded together and 1 / rms is reduced from those registers, saving rows_inv_rms's extra
+// pass over x (an L2 round trip). Same sums in the same order as rows_inv_rms. Called by
+// every thread (block_sum synchronises).
+__device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, bool vec,
+                                              float* scratch, float4 (&e)[kXBatch]) {
+  float4 w[kXBatch];
+  const float sum = block_sum(load_x_and_norm_weight(a, f, m, vec, e, w), scratch);
   const float scale = rsqrtf(sum / static_cast<float>(a.k) + f.eps);
 #pragma unroll
   for (int j = 0; j < kXBatch; ++j) {
     e[j] = make_float4(e[j].x * scale * w[j].x, e[j].y * scale * w[j].y, e[j].z * scale * w[j].z,
                        e[j].w * scale * w[j].w);
   }
+}
+
+// The deferred-norm staging of the mv1 kernels (one row of x in one batch): e = x * w,
+// without 1 / rms, and this warp's sum of squares of x written to scratch[warp] for
+// deferred_inv_rms to read after the block's next barrier. RMS-norm's 1 / rms is one
+// factor of the whole row, so the products can use x * w and scale their sums by it
+// afterwards: staging then needs no reduction (two barriers and a dependent step) before
+// x is quantized or stored.
+__device__ __forceinline__ void load_x_times_norm_weight(const ops::MatmulArgs& a, const MvFusion& f, bool vec,
+                                                         float* scratch, float4 (&e)[kXBatch]) {
+  float4 w[kXBatch];
+  const float sum = warp_sum(load_x_and_norm_weight(a, f, 0, vec, e, w));
+  if ((flat_thread() & 31) == 0) scratch[flat_thread() >> 5] = sum;
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) {
+    e[j] = make_float4(e[j].x * w[j].x, e[j].y * w[j].y, e[j].z * w[j].z, e[j].w * w[j].w);
+  }
+}
+
+// 1 / rms from the warps' sums that load_x_times_norm_weight left in scratch (after a
+// barrier): block_sum's second half, so the same value in every thread and every run.
+__device__ __forceinline__ float deferred_inv_rms(const ops::MatmulArgs& a, const MvFusion& f, const float* scratch) {
+  const int lane = flat_thread() & 31;
+  const float sum = warp_sum(lane < (flat_threads() + 31) >> 5 ? scratch[lane] : 0.0f);
+  return rsqrtf(sum / static_cast<float>(a.k) + f.eps);
+}
+
+// Whether an mv1 kernel stages x with a deferred norm (a fused norm, x in one batch and
+// float4 loads); otherwise x is staged normalised and the sums are scaled by 1.
+__device__ __forceinline__ bool mv1_defers_norm(const ops::MatmulArgs& a, const MvFusion& f) {
+  return f.norm_weight != nullptr && a.m == 1 && x_one_batch(a) && x_loads_vec(a, f);
 }
 
 // Every row of x (normalised when a norm is fused) in batches of kXBatch float4 per
@@ -162,47 +201,68 @@ __device__ __forceinline__ void for_each_x_batch(const ops::MatmulArgs& a, const
   }
 }
 
-// Quantizes x (normalised when a norm is fused) to int8 per 32 values: 4 adjacent threads
-// own one group, two float4 each (x_batch_index), so the reductions are two shuffles deep.
+// Quantizes one batch of row m (load_x_batch's layout) to int8 per 32 values into s:
+// 4 adjacent threads own one group, two float4 each (x_batch_index), so the reductions are
+// two shuffles deep.
+__device__ __forceinline__ void quantize_x_batch(const ops::MatmulArgs& a, XQuantSmem s, int64_t m, int64_t base,
+                                                 const float4 (&batch)[kXBatch]) {
+  const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
+#pragma unroll
+  for (int j = 0; j < kXBatch; j += 2) {
+    const int64_t i = x_batch_index(base, j);  // even; groups: all or none valid
+    const float e[8] = {batch[j].x,     batch[j].y,     batch[j].z,     batch[j].w,
+                        batch[j + 1].x, batch[j + 1].y, batch[j + 1].z, batch[j + 1].w};
+    float amax = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) amax = fmaxf(amax, fabsf(e[c]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    float half = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+    half += __shfl_xor_sync(0xffffffffu, half, 1);  // values 0-15 (threads 0-1) or 16-31 (2-3)
+    const float other = __shfl_xor_sync(0xffffffffu, half, 2);
+    // Every block quantizes all of x, so these instructions are paid once per block
+    // (measured: the arithmetic, not the loads, is most of the staging). 127 / amax comes
+    // from the fast reciprocal: a value lying within ~1e-5 of a rounding midpoint may take
+    // its other neighbour, inside the d / 2 error that int8 x is allowed.
+    const float d = amax * (1.0f / 127.0f);
+    const float inv = amax > 0.0f ? __fdividef(127.0f, amax) : 0.0f;
+    // Round to nearest (even) by adding 1.5 * 2^23: the integer lands in the low mantissa
+    // bits, whose low byte is the int8 (|x * inv| < 127.5), so an FMA and byte permutes
+    // replace the quarter-rate float-to-int conversions.
+    uint32_t u[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) u[c] = __float_as_uint(__fmaf_rn(e[c], inv, 12582912.0f));
+    const uint2 packed = make_uint2(
+        __byte_perm(__byte_perm(u[0], u[1], 0x0040), __byte_perm(u[2], u[3], 0x0040), 0x5410),
+        __byte_perm(__byte_perm(u[4], u[5], 0x0040), __byte_perm(u[6], u[7], 0x0040), 0x5410));
+    if (i < k4) {
+      reinterpret_cast<uint2*>(s.q + m * a.k)[i / 2] = packed;
+      if ((flat_thread() & 3) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
+    }
+  }
+}
+
+// Quantizes x (normalised when a norm is fused) to int8 per 32 values.
 __device__ __forceinline__ void quantize_x_to_smem(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
                                                    float* scratch, XQuantSmem s) {
-  const int64_t k4 = a.k / 4;  // K is a multiple of 32 for the block formats
-  const auto quantize = [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) {
-#pragma unroll
-    for (int j = 0; j < kXBatch; j += 2) {
-      const int64_t i = x_batch_index(base, j);  // even; groups: all or none valid
-      const float e[8] = {batch[j].x,     batch[j].y,     batch[j].z,     batch[j].w,
-                          batch[j + 1].x, batch[j + 1].y, batch[j + 1].z, batch[j + 1].w};
-      float amax = 0.0f;
-#pragma unroll
-      for (int c = 0; c < 8; ++c) amax = fmaxf(amax, fabsf(e[c]));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      float half = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
-      half += __shfl_xor_sync(0xffffffffu, half, 1);  // values 0-15 (threads 0-1) or 16-31 (2-3)
-      const float other = __shfl_xor_sync(0xffffffffu, half, 2);
-      // Every block quantizes all of x, so these instructions are paid once per block
-      // (measured: the arithmetic, not the loads, is most of the staging). 127 / amax comes
-      // from the fast reciprocal: a value lying within ~1e-5 of a rounding midpoint may take
-      // its other neighbour, inside the d / 2 error that int8 x is allowed.
-      const float d = amax * (1.0f / 127.0f);
-      const float inv = amax > 0.0f ? __fdividef(127.0f, amax) : 0.0f;
-      // Round to nearest (even) by adding 1.5 * 2^23: the integer lands in the low mantissa
-      // bits, whose low byte is the int8 (|x * inv| < 127.5), so an FMA and byte permutes
-      // replace the quarter-rate float-to-int conversions.
-      uint32_t u[8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) u[c] = __float_as_uint(__fmaf_rn(e[c], inv, 12582912.0f));
-      const uint2 packed = make_uint2(
-          __byte_perm(__byte_perm(u[0], u[1], 0x0040), __byte_perm(u[2], u[3], 0x0040), 0x5410),
-          __byte_perm(__byte_perm(u[4], u[5], 0x0040), __byte_perm(u[6], u[7], 0x0040), 0x5410));
-      if (i < k4) {
-        reinterpret_cast<uint2*>(s.q + m * a.k)[i / 2] = packed;
-        if ((flat_thread() & 3) == 0) s.groups[m * (a.k / 32) + i / 8] = make_float4(d, half, other, 0.0f);
-      }
-    }
-  };
-  for_each_x_batch(a, f, x_loads_vec(a, f), inv_rms, scratch, quantize);
+  for_each_x_batch(a, f, x_loads_vec(a, f), inv_rms, scratch,
+                   [&](int64_t m, int64_t base, const float4 (&batch)[kXBatch]) { quantize_x_batch(a, s, m, base, batch); });
+}
+
+// mv1's x staging for the block formats: returns the factor of the products' sums (the
+// deferred 1 / rms, or 1) after the barrier that publishes the int8 x.
+__device__ __forceinline__ float mv1_quantize_x(const ops::MatmulArgs& a, const MvFusion& f, float* inv_rms,
+                                               float* scratch, XQuantSmem s) {
+  if (!mv1_defers_norm(a, f)) {
+    quantize_x_to_smem(a, f, inv_rms, scratch, s);
+    __syncthreads();
+    return 1.0f;
+  }
+  float4 batch[kXBatch];
+  load_x_times_norm_weight(a, f, true, scratch, batch);
+  quantize_x_batch(a, s, 0, 0, batch);
+  __syncthreads();
+  return deferred_inv_rms(a, f, scratch);
 }
 
 __device__ __forceinline__ float staged_x(const ops::MatmulArgs& a, const MvFusion& f, const float* inv_rms,
@@ -600,8 +660,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   }
   mv1_prefetch_norm_weight(a, f);
   pdl_wait();
-  quantize_x_to_smem(a, f, inv_rms, scratch, xs);
-  __syncthreads();
+  const float x_scale = mv1_quantize_x(a, f, inv_rms, scratch, xs);
   const float2 first_residual = mv1_first_residual(a, f, first, lane == 0 && sh.part == 0);
 
   int j0 = first, c = 0, parity = 0;
@@ -642,7 +701,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
           float v1 = warp_sum(acc1);
           if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
           if (lane == 0 && sh.part == 0) {
-            mv_store_row(a, f, 0, j0, v0, v1, rope_cs, j0 == first ? &first_residual : nullptr);
+            mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, j0 == first ? &first_residual : nullptr);
           }
           acc0 = acc1 = 0.0f;
           c = 0;
@@ -681,6 +740,25 @@ __device__ __forceinline__ void stage_x_f32(const ops::MatmulArgs& a, const MvFu
     }
   }
   __syncthreads();
+}
+
+// mv1's x staging for dense weights: x as f32 in shared memory; returns the factor of the
+// products' sums (the deferred 1 / rms, or 1) after the block's barrier.
+__device__ __forceinline__ float mv1_stage_x_f32(const ops::MatmulArgs& a, const MvFusion& f, float* xs,
+                                                float* inv_rms, float* scratch) {
+  if (!mv1_defers_norm(a, f)) {
+    stage_x_f32(a, f, xs, inv_rms, scratch);
+    return 1.0f;
+  }
+  float4 batch[kXBatch];
+  load_x_times_norm_weight(a, f, true, scratch, batch);
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) {
+    const int64_t i = x_batch_index(0, j);
+    if (i < a.k / 4) reinterpret_cast<float4*>(xs)[i] = batch[j];
+  }
+  __syncthreads();
+  return deferred_inv_rms(a, f, scratch);
 }
 
 // Dense weights: 16-byte words per lane, row and chunk; two chunks in flight per warp
@@ -851,7 +929,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   }
   mv1_prefetch_norm_weight(a, f);
   pdl_wait();
-  stage_x_f32(a, f, xs, inv_rms, scratch);
+  const float x_scale = mv1_stage_x_f32(a, f, xs, inv_rms, scratch);
   const float2 first_residual = mv1_first_residual(a, f, first, lane == 0 && sh.part == 0);
 
   int j0 = first, c = 0, parity = 0;
@@ -893,7 +971,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
           float v1 = warp_sum(acc[1]);
           if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
           if (lane == 0 && sh.part == 0) {
-            mv_store_row(a, f, 0, j0, v0, v1, rope_cs, j0 == first ? &first_residual : nullptr);
+            mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, j0 == first ? &first_residual : nullptr);
           }
           acc[0] = acc[1] = 0.0f;
           c = 0;
