@@ -79,13 +79,21 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
     blocks_per_sm = 1;
   }
   parts = std::max<int64_t>(1, std::min(parts, chunks));  // every part has a chunk
+  if (w == DType::q6_k) {
+    parts = 1;
+    blocks_per_sm = 2;
+    const int64_t room = (kCudaMvSharedLimit - cuda_mv_shared_bytes(true, 1, k)) / kCudaMv1Q6kStageBytes;
+    slots = std::clamp<int64_t>(room, 1, slots);
+  }
   const int64_t grid = std::min((pairs + slots - 1) / slots, blocks_per_sm * sms);
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, grid));
   dims.block.x = static_cast<uint32_t>(32 * slots);
   dims.block.y = static_cast<uint32_t>(parts);
   int64_t shared = cuda_mv_shared_bytes(quantized, 1, k);
-  if (quantized) {
+  if (w == DType::q6_k) {
+    shared += slots * kCudaMv1Q6kStageBytes;
+  } else if (quantized) {
     // Staging area per warp: both rows' chunk plus one 16-byte word for an unaligned
     // start, in 16-byte loads per lane.
     const int64_t loads = ((chunk_bytes + 15) / 16 + 1 + 31) / 32;

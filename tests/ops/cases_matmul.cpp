@@ -218,6 +218,15 @@ ONEPASS_OP_CASES(matmul) {
         add_case(cases, t, 1, 7, k_long, k_long == 4096 ? 5 : 0, false);
       }
     }
+    // One row of x for q6_k: the CUDA one-row kernel gives each lane half a super-block of
+    // one row, in items of 8 super-blocks per row pair; with k_values (1, 3 and 8 blocks)
+    // and k_split (17): 10 and 16 blocks (a whole item and a partial one, two whole).
+    if (t == DType::q6_k) {
+      for (int64_t blocks : {10, 16}) {
+        add_case(cases, t, 1, 333, 256 * blocks, 0, false);
+        add_case(cases, t, 1, 7, 256 * blocks, blocks == 10 ? 5 : 0, false);
+      }
+    }
     // One row of x and rows of at least 4 KB for the dense types: the CUDA one-row kernel
     // then splits K between two warps per row pair (ops::cuda_mv1_dims), halves of
     // 2 / 2, 2 / 3 and 8 / 9 chunks of 64 words (the last one partial).

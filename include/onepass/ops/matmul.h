@@ -144,6 +144,10 @@ LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms
 /// kCudaMv1MaxParts parts.
 inline constexpr uint32_t kCudaMv1MaxThreads = 512;
 inline constexpr int64_t kCudaMv1MaxParts = 2;
+/// q6_k's mv1 body: each warp's ring of 3 stages of a row pair's 8 super-blocks (16-byte
+/// words, one more for an unaligned start), in place of the other formats' staging area;
+/// K is not split and fewer than 8 warps share a block when x and the rings need it.
+inline constexpr int64_t kCudaMv1Q6kStageBytes = 3 * 2 * ((8 * 210 + 15) / 16 + 1) * 16;
 /// The mv1 launch for N weight rows of K values (row_bytes apart) of type w on a device
 /// with `sms` multiprocessors, with its dynamic shared memory (x, then each warp's staging
 /// area for the block formats); shared_bytes above kCudaMvSharedLimit: use mv_*.
