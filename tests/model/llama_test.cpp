@@ -398,11 +398,15 @@ TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
       const std::vector<float> got(la.begin(), la.end());
       const auto lb = b.decode(tokens[t]);
       // Dense weights: the fused norm rounds its output once less. Block formats: both
-      // quantize x to int8, but the fused kernel's 1 / rms is summed in another order, and
-      // an int8 value that rounds the other way compounds over the steps' KV cache to ~1%
-      // of the logits (measured up to 1.7% on an H200). One fused product is checked at
-      // 2e-3 by CudaFusion.FusedMatvecMatchesTheUnfusedSequence (tests/cuda).
-      const double rtol = dtype_is_quantized(type) ? 3e-2 : 2e-3;
+      // quantize x to int8, but the fused kernels quantize x * w and scale their sums by
+      // 1 / rms afterwards (the deferred norm), so some int8 values round the other way
+      // than after the unfused norm kernel; in these small random models one such value
+      // moves the logits by a few % of the largest, compounding over the steps through the
+      // KV cache (300 runs on an H200: half the first steps identical, p99 3.2-4.0% and
+      // at most 5.0% per step; 3e-2 failed 2 runs in 60). A wrong scale or a lost norm
+      // is off by far more, and one fused product is checked at 2e-3 by
+      // CudaFusion.FusedMatvecMatchesTheUnfusedSequence (tests/cuda).
+      const double rtol = dtype_is_quantized(type) ? 8e-2 : 2e-3;
       expect_logits_near(got, std::vector<double>(lb.begin(), lb.end()), rtol, cat("step ", t));
     }
     // Per layer: norm->QKV, QKV->RoPE + KV write (normal layout), O->residual,
