@@ -1,0 +1,68 @@
+// ops::cuda_mv1_dims, the launch shape of the CUDA one-row products (decode): a host
+// function, so its promises to the kernels in src/backends/cuda/kernels/matmul.cu are
+// checked here without a GPU.
+#include <gtest/gtest.h>
+
+#include "onepass/core/dtype.h"
+#include "onepass/ops/matmul.h"
+
+namespace onepass {
+namespace {
+
+constexpr int kSms = 132;  // H100 / H200
+// Shared memory per SM on sm_90 (228 KB) less the 1 KB the runtime keeps per block.
+constexpr int64_t kSmSharedPerBlockPair = 2 * (227 * 1024);
+
+int64_t row_bytes(DType t, int64_t k) { return static_cast<int64_t>(dtype_bytes(t, k)); }
+
+TEST(CudaMv1Dims, EveryShapeKeepsTheKernelsLimits) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k,
+                  DType::q5_k, DType::q6_k}) {
+    for (int64_t n : {1, 7, 576, 2048, 3072, 16384, 128256}) {
+      for (int64_t k : {256, 576, 2048, 2560, 8192, 14336}) {
+        if (k % dtype_block_elems(t) != 0) continue;
+        SCOPED_TRACE(::testing::Message() << dtype_name(t) << " n " << n << " k " << k);
+        const LaunchDims d = ops::cuda_mv1_dims(t, n, k, row_bytes(t, k), kSms);
+        EXPECT_GE(d.grid.x, 1u);
+        EXPECT_LE(d.grid.x, 2u * kSms);
+        EXPECT_EQ(d.block.x % 32, 0u);
+        EXPECT_GE(d.block.x, 32u);
+        EXPECT_LE(d.block.x * d.block.y, ops::kCudaMv1MaxThreads);
+        EXPECT_LE(d.block.y, static_cast<uint32_t>(ops::kCudaMv1MaxParts));
+        // Split K: one named barrier per slot (barrier 0 is __syncthreads'), so 15 slots at most.
+        if (d.block.y > 1) {
+          EXPECT_LE(d.block.x, 32u * 15);
+        }
+      }
+    }
+  }
+}
+
+// q6_k's body gives each warp a ring of kCudaMv1Q6kStageBytes after x, never splits K, and
+// takes fewer warps when x and 8 rings would pass the shared-memory limit.
+TEST(CudaMv1Dims, Q6kRingsFitTheSharedMemoryLimit) {
+  struct Case {
+    int64_t n, k;
+    uint32_t warps;  // expected block.x / 32
+  };
+  // llama-1b's LM head (K = 2048), an 8B model's rows (4096) and down product (14336).
+  for (const Case& c : {Case{128256, 2048, 8}, Case{4096, 4096, 8}, Case{4096, 14336, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k);
+    const LaunchDims d = ops::cuda_mv1_dims(DType::q6_k, c.n, c.k, row_bytes(DType::q6_k, c.k), kSms);
+    EXPECT_EQ(d.block.x, 32 * c.warps);
+    EXPECT_EQ(d.block.y, 1u);
+    const int64_t x_bytes = ops::cuda_mv_shared_bytes(true, 1, c.k);
+    EXPECT_EQ(d.shared_bytes, x_bytes + c.warps * ops::kCudaMv1Q6kStageBytes);
+    EXPECT_LE(d.shared_bytes, ops::kCudaMvSharedLimit);
+    // Two blocks per SM, as the kernel's 128-register budget assumes.
+    EXPECT_LE(2 * int64_t{d.shared_bytes}, kSmSharedPerBlockPair);
+  }
+  // Rows so long that x alone leaves no room for a ring: past the limit, so the op takes
+  // the general mv kernel instead.
+  const int64_t k = 64 * 1024;
+  EXPECT_GT(ops::cuda_mv1_dims(DType::q6_k, 4096, k, row_bytes(DType::q6_k, k), kSms).shared_bytes,
+            ops::kCudaMvSharedLimit);
+}
+
+}  // namespace
+}  // namespace onepass
