@@ -523,16 +523,27 @@ std::vector<int32_t> LlamaModel::decode_greedy_run(int32_t token, int64_t count)
     for (int64_t i = 0; i < count; ++i) out.push_back(token = decode_greedy(token));
     return out;
   }
-  if (!fed_decode_graph_) {
+  const int64_t per_graph = std::max<int64_t>(1, options_.fed_steps_per_graph);
+  const int64_t later = count - 1;
+  const int64_t multi = per_graph > 1 ? later / per_graph : 0;
+  auto record = [&](int64_t steps) {
     GraphSession s = executor_.begin_recorded();
-    emit_forward(s, 1, true, true);
-    fed_decode_graph_ = std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture);
-  }
+    for (int64_t i = 0; i < steps; ++i) emit_forward(s, 1, true, true);
+    return std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture);
+  };
+  if (!fed_decode_graph_) fed_decode_graph_ = record(1);
+  if (per_graph > 1 && !fed_decode_steps_) fed_decode_steps_ = record(per_graph);  // once, whatever count
   launch_decode(token);  // the first step's inputs come from the host
   const uint64_t t0 = now_ns();
-  for (int64_t i = 1; i < count; ++i) fed_decode_graph_->launch();
-  last_step_host_ns_ = (now_ns() - t0) / static_cast<uint64_t>(count - 1);
-  fed_decode_graph_->wait();  // the steps run in launch order on one stream
+  for (int64_t i = 0; i < multi; ++i) fed_decode_steps_->launch();
+  for (int64_t i = multi * per_graph; i < later; ++i) fed_decode_graph_->launch();
+  last_step_host_ns_ = (now_ns() - t0) / static_cast<uint64_t>(later);
+  // The steps run in launch order on one stream: waiting for the last graph waits for all.
+  if (multi * per_graph < later) {
+    fed_decode_graph_->wait();
+  } else {
+    fed_decode_steps_->wait();
+  }
   // Step i fed the token at position first + i + 1 into the history.
   const int64_t first = position_;
   position_ += count;

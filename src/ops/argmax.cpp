@@ -2,6 +2,7 @@
 #include "onepass/ops/argmax.h"
 
 #include "onepass/exec/graph_session.h"
+#include "onepass/ops/fusion_rules.h"
 #include "op_common.h"
 
 namespace onepass {
@@ -72,3 +73,30 @@ void GraphSession::feed_token(const TensorView& token, const TensorView& ids, co
 }
 
 }  // namespace onepass
+
+namespace onepass::ops {
+namespace {
+
+// argmax_<T> or argmax_cluster_<T> of one row -> out; feed_token(out, ...)  ==>  the
+// argmax kernel's _feed variant, which feeds its result itself (one kernel fewer at the
+// end of every greedy decode step, where feed_token waited for the argmax to finish).
+std::optional<Dispatch> fuse_argmax_feed(const Dispatch& argmax, const Dispatch& feed, const KernelRegistry& registry) {
+  const std::string& name = argmax.kernel->name;
+  if (name.rfind("argmax_", 0) != 0 || name.ends_with("_feed") || feed.kernel->name != "feed_token") {
+    return std::nullopt;
+  }
+  const Kernel* fused = registry.find(name + "_feed");
+  if (fused == nullptr) return std::nullopt;
+  ArgmaxFeedArgs args{argmax.args_as<ArgmaxArgs>(), feed.args_as<FeedTokenArgs>()};
+  if (args.argmax.rows != 1 || args.feed.token != args.argmax.out) return std::nullopt;
+  return Dispatch(*fused, argmax.dims, args, OpKind::argmax);
+}
+
+}  // namespace
+
+void register_argmax_fusion_rules(FusionRules& rules) {
+  // The argmax's output stays written (the host reads it after decode_greedy).
+  rules.add({"argmax+feed_token", OpKind::argmax, OpKind::argmax, fuse_argmax_feed, /*keeps_intermediate=*/true});
+}
+
+}  // namespace onepass::ops

@@ -154,6 +154,7 @@ std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul,
 void register_fusion_rules(FusionRules& rules) {
   rules.add({"rms_norm+mul", OpKind::norm, OpKind::mul, fuse_norm_mul});
   register_matmul_fusion_rules(rules);
+  register_argmax_fusion_rules(rules);
 }
 
 }  // namespace ops

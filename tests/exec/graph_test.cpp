@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstring>
 
+#include "onepass/backends/factory.h"
 #include "onepass/exec/captured_graph.h"
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/counters.h"
@@ -348,6 +350,72 @@ TEST_P(FusedMatchesUnfused, WithinTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedMatchesUnfused, ::testing::Values(DType::f32, DType::f16, DType::bf16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// The end of a greedy decode step: argmax of the logits, then feed_token of its result.
+// With fusion the pair is one dispatch (argmax_<T>_feed, or argmax_cluster_<T>_feed for a
+// vocabulary-sized row on CUDA) that must leave every output as the pair does: the index,
+// the next step's id, position and kv_length, and the history entry.
+TEST(Fusion, ArgmaxThenFeedTokenIsOneDispatchWithTheSameResults) {
+  std::vector<std::shared_ptr<Backend>> backends{cpu_backend()};
+  if (cuda_device_count() > 0) backends.push_back(make_cuda_backend(0, testing::test_options()));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const auto& backend : backends) {
+    for (DType t : {DType::f32, DType::f16}) {
+      for (int64_t cols : {1000, 50000}) {
+        SCOPED_TRACE(::testing::Message() << backend->info().name << " " << dtype_name(t) << " cols " << cols);
+        const TensorView x = backend->alloc_tensor(t, Shape{1, cols});
+        std::vector<float> values = testing::random_floats(static_cast<size_t>(cols), seed + static_cast<uint64_t>(cols), -4.0f, 4.0f);
+        const size_t planted = static_cast<size_t>((seed % static_cast<uint64_t>(cols - 1)) + 1);
+        values[planted] = 8.0f;  // a unique largest value
+        testing::upload_floats(x, values);
+        const TensorView out = backend->alloc_tensor(DType::i32, Shape{1});
+        const TensorView ids = backend->alloc_tensor(DType::i32, Shape{1});
+        const TensorView positions = backend->alloc_tensor(DType::i32, Shape{1});
+        const TensorView kv_length = backend->alloc_tensor(DType::i32, Shape{1});
+        const TensorView history = backend->alloc_tensor(DType::i32, Shape{8});
+        const int32_t position = 4;
+        auto reset = [&] {
+          for (const TensorView* v : {&out, &ids, &history}) v->view.fill(testing::kPoisonByte);
+          positions.view.write(&position, 4);
+          const int32_t length = position + 1;
+          kv_length.view.write(&length, 4);
+        };
+        auto read_all = [&] {
+          std::vector<int32_t> all(12);
+          out.view.read(&all[0], 4);
+          ids.view.read(&all[1], 4);
+          positions.view.read(&all[2], 4);
+          kv_length.view.read(&all[3], 4);
+          history.view.read(&all[4], 32);
+          return all;
+        };
+        auto emit = [&](GraphSession& s) {
+          s.argmax(x, out);
+          s.feed_token(out, ids, positions, kv_length, history);
+        };
+        GraphExecutor exec(backend);
+        reset();
+        GraphSession plain = exec.begin();
+        emit(plain);
+        plain.finish();
+        const std::vector<int32_t> unfused = read_all();
+        reset();
+        GraphSession recorded = exec.begin_recorded();
+        emit(recorded);
+        EXPECT_EQ(recorded.finish_with_fusion().fusions, 1u);
+        const std::vector<int32_t> fused = read_all();
+        EXPECT_EQ(fused, unfused);
+        const auto index = static_cast<int32_t>(planted);
+        EXPECT_EQ(fused[0], index);
+        EXPECT_EQ(fused[1], index);
+        EXPECT_EQ(fused[2], position + 1);
+        EXPECT_EQ(fused[3], position + 2);
+        EXPECT_EQ(fused[4 + position + 1], index);
+      }
+    }
+  }
+}
 
 TEST(Session, EveryFinishVariantComputesTheSame) {
   NormFixture f(DType::f32, 9, 257);

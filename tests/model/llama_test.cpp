@@ -334,17 +334,19 @@ TEST(Llama, GreedyRunContinuesLikeDecodeGreedy) {
   auto src = make_random_source(tiny(), DType::f32, 5);
   auto backend = testing::cpu_backend();
   LlamaModel a(backend, *src, LoadOptions{.context = 32});
-  LlamaModel b(backend, *src, LoadOptions{.context = 32});
+  // Three fed steps per graph: runs of 4 and 7 steps replay it (after the first step, which
+  // the host feeds), a run of 3 the one-step graph only, and a run of 6 both.
+  LlamaModel b(backend, *src, LoadOptions{.context = 32, .fed_steps_per_graph = 3});
   const auto prompt = some_tokens(5, 11, 97);
   const int32_t first = model::argmax(a.prefill(prompt));
   ASSERT_EQ(first, model::argmax(b.prefill(prompt)));
   int32_t t = first;
   std::vector<int32_t> expected;
-  for (int i = 0; i < 12; ++i) expected.push_back(t = a.decode_greedy(t));
-  // Runs of 1, 4 and 7 steps; each starts from the last token of the one before.
+  for (int i = 0; i < 21; ++i) expected.push_back(t = a.decode_greedy(t));
+  // Each run starts from the last token of the one before.
   std::vector<int32_t> got;
   t = first;
-  for (int64_t run : {1, 4, 7}) {
+  for (int64_t run : {1, 4, 3, 7, 6}) {
     const std::vector<int32_t> part = b.decode_greedy_run(t, run);
     ASSERT_EQ(part.size(), static_cast<size_t>(run));
     got.insert(got.end(), part.begin(), part.end());
@@ -410,11 +412,12 @@ TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
       expect_logits_near(got, std::vector<double>(lb.begin(), lb.end()), rtol, cat("step ", t));
     }
     // Per layer: norm->QKV, QKV->RoPE + KV write (normal layout), O->residual,
-    // norm->gate/up, gate/up->SiLU, down->residual; and the final norm into the LM head.
+    // norm->gate/up, gate/up->SiLU, down->residual; the final norm into the LM head, and
+    // the argmax into feed_token.
     ASSERT_FALSE(c.rope_neox);
-    EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 1));
+    EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 2));
     EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
-    EXPECT_EQ(a.decode_dispatches() + 6 * static_cast<size_t>(c.layers) + 1, b.decode_dispatches());
+    EXPECT_EQ(a.decode_dispatches() + 6 * static_cast<size_t>(c.layers) + 2, b.decode_dispatches());
   }
 }
 

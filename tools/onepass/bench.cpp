@@ -27,6 +27,7 @@ struct BenchArgs {
   int64_t decode = 128;
   int reps = 3;
   int64_t batch = model::LoadOptions{}.max_batch;
+  int64_t steps_per_graph = model::LoadOptions{}.fed_steps_per_graph;
   bool json = false;
 };
 
@@ -50,6 +51,8 @@ int run_bench(const BenchArgs& args) {
   check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
   load.context = args.prefill + args.decode + 1;
   load.max_batch = args.batch;
+  check(args.steps_per_graph >= 1, where, "--steps-per-graph must be at least 1, got ", args.steps_per_graph);
+  load.fed_steps_per_graph = args.steps_per_graph;
   load.progress = [&](double fraction, const std::string& name) {
     if (!args.json)
       progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
@@ -188,6 +191,9 @@ Command add_bench_command(CLI::App& parent) {
   app->add_option("--reps", args->reps, "Repetitions (medians are reported)")
       ->capture_default_str();
   app->add_option("--batch", args->batch, "Prompt tokens per prefill chunk")->capture_default_str();
+  app->add_option("--steps-per-graph", args->steps_per_graph,
+                  "Greedy decode steps recorded into one replayed graph")
+      ->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object");
   return {app, [args] { return run_bench(*args); }};
 }

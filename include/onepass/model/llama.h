@@ -30,6 +30,10 @@ struct LoadOptions {
   /// dispatch). Off: the unfused sequence, kept as the reference.
   bool fused_ops = true;
   CaptureOptions capture{};   // passes and encoding of the replayed step
+  /// decode_greedy_run: fed decode steps recorded into one graph, so that the boundary
+  /// between two steps is a programmatic (PDL) edge inside a graph instead of the start of
+  /// the next graph launch. 1: a graph per step.
+  int64_t fed_steps_per_graph = 8;
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;
 };
@@ -124,6 +128,7 @@ class LlamaModel {
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<CapturedGraph> decode_graph_;
   std::unique_ptr<CapturedGraph> fed_decode_graph_;  // decode_greedy_run after its first step
+  std::unique_ptr<CapturedGraph> fed_decode_steps_;  // fed_steps_per_graph such steps in one
   /// Recorded prefill chunks by token count, most recently used last (with replay on).
   struct PrefillGraph {
     int64_t tokens;

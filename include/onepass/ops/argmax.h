@@ -55,17 +55,32 @@ struct FeedTokenArgs {
   int64_t history_size;
 };
 
-/// What feed_token does, for the CPU and the CUDA kernel alike.
+/// What feed_token does with `token`, for the CPU and the CUDA kernels alike (a.token
+/// is not read).
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline void feed_token_apply(const FeedTokenArgs& a) {
-  const int32_t token = a.token[0];
+inline void feed_token_store(const FeedTokenArgs& a, int32_t token) {
   const int64_t next = int64_t{a.positions[0]} + 1;
   if (a.history != nullptr && next >= 0 && next < a.history_size) a.history[next] = token;
   a.ids[0] = token;
   a.positions[0] = static_cast<int32_t>(next);
   a.kv_length[0] += 1;
 }
+
+/// What feed_token does.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void feed_token_apply(const FeedTokenArgs& a) { feed_token_store(a, a.token[0]); }
+
+/// Kernels argmax_<T>_feed and argmax_cluster_<T>_feed (fusion rule "argmax+feed_token":
+/// an argmax of one row followed by the feed_token of its result): the argmax kernel's
+/// work, then feed_token_store of the row's index in the same dispatch, so a greedy
+/// decode step ends one kernel earlier. feed.token is not read.
+struct ArgmaxFeedArgs {
+  ArgmaxArgs argmax;
+  FeedTokenArgs feed;
+};
 
 }  // namespace onepass::ops

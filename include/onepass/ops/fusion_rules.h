@@ -11,5 +11,7 @@ void register_fusion_rules(FusionRules& rules);
 /// gate/up matvec -> SiLU x mul, Q/K/V matvec -> RoPE + KV-cache write); part of
 /// register_fusion_rules.
 void register_matmul_fusion_rules(FusionRules& rules);
+/// argmax -> feed_token (the end of a greedy decode step); part of register_fusion_rules.
+void register_argmax_fusion_rules(FusionRules& rules);
 
 }  // namespace onepass::ops

@@ -37,6 +37,14 @@ void argmax_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t 
   }
 }
 
+// argmax_<T>_feed: the argmax of the one row, then feed_token of it.
+template <DType T>
+void argmax_feed_kernel(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t end) {
+  const auto& a = *static_cast<const ops::ArgmaxFeedArgs*>(raw);
+  argmax_kernel<T>(&a.argmax, dims, first, end);
+  if (first == 0 && first < end) ops::feed_token_store(a.feed, a.argmax.out[0]);
+}
+
 void feed_token_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   if (first < end) ops::feed_token_apply(*static_cast<const ops::FeedTokenArgs*>(raw));
 }
@@ -48,6 +56,8 @@ void register_argmax_kernels(KernelRegistry& registry) {
   for_each_float_type([&]<DType T>() {
     registry.add(
         make_cpu_kernel<ops::ArgmaxArgs>(std::string("argmax_") + Elem<T>::name, argmax_kernel<T>));
+    registry.add(make_cpu_kernel<ops::ArgmaxFeedArgs>(std::string("argmax_") + Elem<T>::name + "_feed",
+                                                      argmax_feed_kernel<T>));
   });
 }
 

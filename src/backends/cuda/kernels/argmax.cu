@@ -2,7 +2,8 @@
 // most 1024 threads), and argmax_cluster_<T> for long rows: a cluster of blocks per row,
 // each scanning a chunk, the first block merging their candidates from its shared memory.
 // Each thread scans a strided part of its range with 16-byte loads when it is aligned,
-// then (value, index) pairs are reduced over the warp and the block.
+// then (value, index) pairs are reduced over the warp and the block. The _feed variants
+// (fusion rule argmax+feed_token) also feed the index to the next decode step.
 #include <climits>
 #include <cstring>
 
@@ -92,9 +93,21 @@ __device__ __forceinline__ void block_argmax(const typename Elem<T>::storage* x,
   warp_reduce();
 }
 
-template <DType T>
-__global__ void argmax_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
+// The argmax kernels' arguments and what they do with a row's index: ArgmaxArgs alone, or
+// ArgmaxFeedArgs (the _feed variants, one row), which also feed the index to the next
+// decode step's inputs.
+__device__ __forceinline__ const ops::ArgmaxArgs& argmax_args(const ops::ArgmaxArgs& a) { return a; }
+__device__ __forceinline__ const ops::ArgmaxArgs& argmax_args(const ops::ArgmaxFeedArgs& a) { return a.argmax; }
+__device__ __forceinline__ void store_index(const ops::ArgmaxArgs& a, int64_t r, int32_t index) { a.out[r] = index; }
+__device__ __forceinline__ void store_index(const ops::ArgmaxFeedArgs& a, int64_t r, int32_t index) {
+  a.argmax.out[r] = index;
+  ops::feed_token_store(a.feed, index);
+}
+
+template <DType T, typename Args>
+__global__ void argmax_kernel(const __grid_constant__ Args args) {
   using S = typename Elem<T>::storage;
+  const ops::ArgmaxArgs& a = argmax_args(args);
   pdl_wait();
   const int64_t r = blockIdx.x;
   if (r >= a.rows) return;  // whole block, before any barrier
@@ -103,16 +116,17 @@ __global__ void argmax_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
   // The op checks cols <= INT32_MAX, so indices fit int32.
   block_argmax<T>(static_cast<const S*>(a.x) + r * a.x_stride, 0, a.cols, best_v, best_i);
   // A row without any number (all NaN) gives 0, as on the CPU.
-  if (threadIdx.x == 0) a.out[r] = best_i == kNone ? 0 : best_i;
+  if (threadIdx.x == 0) store_index(args, r, best_i == kNone ? 0 : best_i);
 }
 
 // Grid {chunks, rows} in clusters of {chunks, 1, 1} (ops::kCudaArgmaxClusterMax at most):
 // block (c, r) takes chunk c of row r (ops::argmax_chunk_begin) and stores its candidate
 // into slot c of the first block's shared memory; after one cluster barrier the first
 // block merges the slots in chunk order (the lower index wins ties across chunks too).
-template <DType T>
-__global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_constant__ ops::ArgmaxArgs a) {
+template <DType T, typename Args>
+__global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_constant__ Args args) {
   using S = typename Elem<T>::storage;
+  const ops::ArgmaxArgs& a = argmax_args(args);
   namespace cg = cooperative_groups;
   __shared__ float chunk_value[ops::kCudaArgmaxClusterMax];
   __shared__ int32_t chunk_index[ops::kCudaArgmaxClusterMax];
@@ -143,7 +157,7 @@ __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_const
       best_i = chunk_index[c];
     }
   }
-  a.out[r] = best_i == kNone ? 0 : best_i;  // all NaN: 0, as on the CPU
+  store_index(args, r, best_i == kNone ? 0 : best_i);  // all NaN: 0, as on the CPU
 }
 
 __global__ void feed_token_kernel(const __grid_constant__ ops::FeedTokenArgs a) {
@@ -156,12 +170,20 @@ __global__ void feed_token_kernel(const __grid_constant__ ops::FeedTokenArgs a) 
 void register_argmax_cuda_kernels(KernelRegistry& registry) {
   registry.add(make_cuda_kernel<ops::FeedTokenArgs>("feed_token", reinterpret_cast<const void*>(&feed_token_kernel), 32));
   for_each_float_type([&]<DType T>() {
-    registry.add(make_cuda_kernel<ops::ArgmaxArgs>(
-        std::string("argmax_") + Elem<T>::name, reinterpret_cast<const void*>(&argmax_kernel<T>)));
-    Kernel cluster = make_cuda_kernel<ops::ArgmaxArgs>(std::string("argmax_cluster_") + Elem<T>::name,
-                                                       reinterpret_cast<const void*>(&argmax_cluster_kernel<T>));
+    const std::string type = Elem<T>::name;
+    registry.add(make_cuda_kernel<ops::ArgmaxArgs>("argmax_" + type,
+                                                   reinterpret_cast<const void*>(&argmax_kernel<T, ops::ArgmaxArgs>)));
+    registry.add(make_cuda_kernel<ops::ArgmaxFeedArgs>(
+        "argmax_" + type + "_feed", reinterpret_cast<const void*>(&argmax_kernel<T, ops::ArgmaxFeedArgs>)));
+    Kernel cluster = make_cuda_kernel<ops::ArgmaxArgs>(
+        "argmax_cluster_" + type, reinterpret_cast<const void*>(&argmax_cluster_kernel<T, ops::ArgmaxArgs>));
     cluster.cluster_rows = true;
     registry.add(std::move(cluster));
+    Kernel cluster_feed = make_cuda_kernel<ops::ArgmaxFeedArgs>(
+        "argmax_cluster_" + type + "_feed",
+        reinterpret_cast<const void*>(&argmax_cluster_kernel<T, ops::ArgmaxFeedArgs>));
+    cluster_feed.cluster_rows = true;
+    registry.add(std::move(cluster_feed));
   });
 }
 
