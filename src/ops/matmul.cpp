@@ -67,6 +67,7 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
   const int64_t chunk_bytes = quantized ? 1024 / dtype_block_elems(w) * dtype_size(w) : 1024;
   const int64_t chunks = quantized ? (k / 32 + 31) / 32 : (k * static_cast<int64_t>(dtype_size(w)) / 16 + 63) / 64;
   const int64_t pairs = (n + 1) / 2;
+  const bool short_rows = cuda_mv1_short_rows(w, n, k);
   // Blocks of 8 warps, 2 per SM: fewer, larger blocks than the general mv kernels' 4 x
   // 4 (x is staged once per block; measured 1-3% faster on the reference models, where
   // a second wave of blocks or 16-warp blocks for every product lost).
@@ -85,7 +86,16 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
     const int64_t room = (kCudaMvSharedLimit - cuda_mv_shared_bytes(true, 1, k)) / kCudaMv1Q6kStageBytes;
     slots = std::clamp<int64_t>(room, 1, slots);
   }
-  const int64_t grid = std::min((pairs + slots - 1) / slots, blocks_per_sm * sms);
+  // Short rows: as many 8-warp slots as the rings leave room for (8 for K = 576).
+  const int64_t short_warp_bytes =
+      kCudaMv1ShortStages * 4 * cuda_mv1_short_row_words(k / 32 * static_cast<int64_t>(dtype_size(w))) * 16;
+  if (short_rows) {
+    parts = 1;
+    slots = std::clamp<int64_t>((kCudaMvSharedLimit - cuda_mv_shared_bytes(true, 1, k)) / short_warp_bytes, 1, slots);
+  }
+  // A short-row warp takes two row pairs per item.
+  const int64_t items = short_rows ? (pairs + 1) / 2 : pairs;
+  const int64_t grid = std::min((items + slots - 1) / slots, blocks_per_sm * sms);
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, grid));
   dims.block.x = static_cast<uint32_t>(32 * slots);
@@ -93,6 +103,8 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
   int64_t shared = cuda_mv_shared_bytes(quantized, 1, k);
   if (w == DType::q6_k) {
     shared += slots * kCudaMv1Q6kStageBytes;
+  } else if (short_rows) {
+    shared += slots * short_warp_bytes;
   } else if (quantized) {
     // Staging area per warp: both rows' chunk plus one 16-byte word for an unaligned
     // start, in 16-byte loads per lane.
@@ -160,7 +172,8 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
     return;
   }
   // One row of x on CUDA (the decode step): the one-row kernels (mv1_*) where registered.
-  const std::string one_row = cat("mv1_", dtype_name(w.dtype), "_f32");
+  const std::string one_row =
+      cat(ops::cuda_mv1_short_rows(w.dtype, n, k) ? "mv1_short_" : "mv1_", dtype_name(w.dtype), "_f32");
   // The dense ones load 16-byte words of whole rows: K and the rows must allow that.
   const bool dense_words = !quantized && k % static_cast<int64_t>(16 / dtype_size(w.dtype)) == 0 &&
                            w.row_stride % 16 == 0 && w.view.address() % 16 == 0;

@@ -362,7 +362,9 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
     for (int64_t m : {int64_t{1}, int64_t{3}}) {
       for (int64_t k : {int64_t{512}, int64_t{2048}, int64_t{8192}}) {
         SCOPED_TRACE(::testing::Message() << dtype_name(type) << " m " << m << " k " << k);
-        const int64_t n = 600;  // gate and up rows: 2 n
+        // Gate and up rows: 2 n. One row of x, K = 512 and n = 8200: the one-unit formats'
+        // short-row kernels (ops::cuda_mv1_short_rows, at least 8192 rows) for all three.
+        const int64_t n = m == 1 && k == 512 ? 8200 : 600;
         auto alloc = [&](Shape shape) { return poisoned_tensor(*backend, shape); };
         auto weights = [&](int64_t rows, uint64_t s) { return random_weights(*backend, type, rows, k, s); };
         TensorView x = alloc(Shape{m, k}), norm_w = alloc(Shape{1, k}), residual = alloc(Shape{m, n});
@@ -427,7 +429,8 @@ TEST(CudaFusion, QkvProductWithRopeAndCacheWriteMatchesTheUnfusedSequence) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const int64_t heads = 8, kv_heads = 2, hd = 64, k = 512, ctx = 16;
   const int64_t n = (heads + 2 * kv_heads) * hd;
-  for (DType type : {DType::q4_0, DType::f16}) {
+  // One type per one-row body: the unit-per-lane block body, q6_k's half-block body, dense.
+  for (DType type : {DType::q4_0, DType::q6_k, DType::f16}) {
     for (DType cache_type : {DType::f16, DType::f32, DType::bf16}) {
       for (int32_t position : {5, 15, 16}) {
         for (int32_t rotary : {0, 32}) {

@@ -262,6 +262,14 @@ ONEPASS_OP_CASES(matmul) {
     // One row of x and more row pairs than the CUDA one-row kernels have warps (2 blocks
     // of 8 per SM: 2,112 on 132 SMs), so warps take several pairs in turn.
     add_case(cases, t, 1, 4500, 512, 0, false);
+    // One row of x, rows of at most 32 units and at least 8192 rows: the CUDA short-row
+    // kernel (two row pairs per warp item, ops::cuda_mv1_short_rows) for the one-unit
+    // formats, with the last item's second pair missing (8194) or half missing (8195).
+    if (t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0) {
+      add_case(cases, t, 1, 8195, 576, 0, false);
+      add_case(cases, t, 1, 8194, 1024, 7, false);
+      add_case(cases, t, 1, 8192, 32, 0, false);
+    }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.
     add_case(cases, t, 150, 260, 768, 0, false);

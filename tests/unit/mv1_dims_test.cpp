@@ -64,5 +64,38 @@ TEST(CudaMv1Dims, Q6kRingsFitTheSharedMemoryLimit) {
             ops::kCudaMvSharedLimit);
 }
 
+// The short-row kernels (mv1_short_*: one-unit formats, K <= 1024, >= 8192 rows) give
+// each warp a ring of 3 stages of 4 rows after x, take two row pairs per warp item, never
+// split K, and keep 8 warps while the rings fit (smollm2's LM head, K = 576) or fewer.
+TEST(CudaMv1Dims, ShortRowRingsFitTheSharedMemoryLimit) {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0}) {
+    for (int64_t k : {32, 576, 1024}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " k " << k);
+      const int64_t n = 49152;
+      ASSERT_TRUE(ops::cuda_mv1_short_rows(t, n, k));
+      const LaunchDims d = ops::cuda_mv1_dims(t, n, k, row_bytes(t, k), kSms);
+      const uint32_t warps = d.block.x / 32;
+      EXPECT_EQ(d.block.y, 1u);
+      EXPECT_GE(warps, 1u);
+      EXPECT_LE(warps, 8u);
+      const int64_t ring = ops::kCudaMv1ShortStages * 4 * ops::cuda_mv1_short_row_words(row_bytes(t, k)) * 16;
+      EXPECT_EQ(d.shared_bytes, ops::cuda_mv_shared_bytes(true, 1, k) + warps * ring);
+      EXPECT_LE(d.shared_bytes, ops::kCudaMvSharedLimit);
+      EXPECT_LE(2 * int64_t{d.shared_bytes}, kSmSharedPerBlockPair);
+      if (k <= 576) {
+        EXPECT_EQ(warps, 8u);
+      }
+      // Enough warps for every item of two row pairs, or all that 2 blocks per SM hold.
+      const int64_t items = (n / 2 + 1) / 2;
+      EXPECT_EQ(int64_t{d.grid.x}, std::min<int64_t>((items + warps - 1) / warps, 2 * kSms));
+    }
+  }
+  // Not short: longer rows, fewer rows, other formats.
+  EXPECT_FALSE(ops::cuda_mv1_short_rows(DType::q8_0, 49152, 1056));
+  EXPECT_FALSE(ops::cuda_mv1_short_rows(DType::q8_0, 3072, 576));
+  EXPECT_FALSE(ops::cuda_mv1_short_rows(DType::q6_k, 49152, 512));
+  EXPECT_FALSE(ops::cuda_mv1_short_rows(DType::f16, 49152, 576));
+}
+
 }  // namespace
 }  // namespace onepass

@@ -532,6 +532,17 @@ __device__ __forceinline__ Mv1Shape mv1_shape() {
   return s;
 }
 
+// A warp's row stream in the one-row kernels: its first output j0 (a row pair, or one
+// output of a gate/up pair with SiLU fused), then every `step` outputs below n.
+struct Mv1Rows {
+  int n, first, step;
+};
+__device__ __forceinline__ Mv1Rows mv1_rows(const ops::MatmulArgs& a, const MvFusion& f, const Mv1Shape& s) {
+  const int per = f.silu ? 1 : kMvRowsPerWarp;
+  return {static_cast<int>(a.n), (static_cast<int>(blockIdx.x) * s.slots + s.slot) * per,
+          static_cast<int>(gridDim.x) * s.slots * per};
+}
+
 // The chunks [first, first + count) of every row that part `part` of `parts` reads.
 struct Mv1Chunks {
   int first, count;
@@ -624,10 +635,8 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   const int chunks = mine.count;
   const int row_bytes = static_cast<int>(a.w_row_bytes);
   const auto* w = static_cast<const uint8_t*>(a.w);
-  const int per = f.silu ? 1 : kMvRowsPerWarp;
-  const int n = static_cast<int>(a.n);
-  const int first = (static_cast<int>(blockIdx.x) * sh.slots + sh.slot) * per;
-  const int step_rows = static_cast<int>(gridDim.x) * sh.slots * per;
+  const Mv1Rows rows = mv1_rows(a, f, sh);
+  const int n = rows.n, first = rows.first, step_rows = rows.step;
   using Chunk = uint4[kMvRowsPerWarp][kLoads];
   Chunk ring[kDepth];
   // Item cursors: output j0 of the row pair and chunk c, for the loads and the sums.
@@ -790,10 +799,8 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
   const int chunks = mine.count;
   const int row_bytes = static_cast<int>(a.w_row_bytes);
   const auto* w = static_cast<const uint8_t*>(a.w);
-  const int per = f.silu ? 1 : kMvRowsPerWarp;
-  const int n = static_cast<int>(a.n);
-  const int first = (static_cast<int>(blockIdx.x) * sh.slots + sh.slot) * per;
-  const int step_rows = static_cast<int>(gridDim.x) * sh.slots * per;
+  const Mv1Rows rows = mv1_rows(a, f, sh);
+  const int n = rows.n, first = rows.first, step_rows = rows.step;
   // Byte address of row r's part of item (j0, c).
   auto item_begin = [&](int j0, int c, int r) {
     return reinterpret_cast<uintptr_t>(w + mv_weight_row(a, f, j0, r) * a.w_row_bytes) +
@@ -884,6 +891,109 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
       j0 += step_rows;
       if (j0 < n) rope_cs = rope_pair_cos_sin(f, j0);
     }
+  }
+  ptx::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last item are empty)
+}
+
+// ---- one row of x, short rows of the one-unit formats: two row pairs per item -----------
+//
+// Rows of at most 32 units (K <= 1024) are a single chunk, so mv1_quant_body's item is a
+// whole row pair with 32 - units lanes idle, and each item pays two full warp reductions
+// (10 shuffles) and the epilogue: smollm2's q8_0 LM head (49152 rows of 18 units) took
+// 19 us for 30 MB alone under ncu, ~340 warp instructions per row pair at 7.5 cycles each.
+// Here an item is two row pairs (outputs j0 and j0 + per: four rows), a row per 8 lanes,
+// each lane the units sub, sub + 8, ... of its row, so three shuffles finish a row. The
+// rows are copied by cp.async into a ring of kCudaMv1ShortStages shared-memory stages per
+// warp (the first before the PDL wait), and each lane's x groups stay in registers for
+// the whole kernel (the units of a lane never change).
+constexpr int kShortRows = 2 * kMvRowsPerWarp;  // rows per item
+constexpr int kShortLanesPerRow = 32 / kShortRows;
+constexpr int kShortUnitsPerLane = 32 / kShortLanesPerRow;  // rows of at most 32 units
+constexpr int kShortStages = static_cast<int>(ops::kCudaMv1ShortStages);
+
+template <DType W>
+__device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const MvFusion& f) {
+  using F = quantdot::Format<W>;
+  static_assert(F::kUnits == 1, "a lane's unit is one block");
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float inv_rms[kMvMaxRows];
+  __shared__ float scratch[32];
+  const int64_t xq_bytes = (a.k + 15) / 16 * 16;
+  XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
+  const Mv1Shape sh = mv1_shape();  // one part: K is not split
+  const int lane = sh.lane;
+  const int units = static_cast<int>(a.k / 32);
+  const int row_bytes = units * F::kBlockBytes;
+  const int row_words = static_cast<int>(ops::cuda_mv1_short_row_words(row_bytes));
+  // This warp's ring: kShortStages stages of kShortRows rows of row_words words.
+  uint4* ring = reinterpret_cast<uint4*>(smem + xq_bytes + a.k / 32 * 16) +
+                sh.stage_warp * kShortStages * kShortRows * row_words;
+  const int row = lane / kShortLanesPerRow;  // this lane's row of the item: pair row / 2, row % 2 of it
+  const int sub = lane % kShortLanesPerRow;
+  const int per = f.silu ? 1 : kMvRowsPerWarp;
+  const int n = static_cast<int>(a.n);
+  const int first = (static_cast<int>(blockIdx.x) * sh.slots + sh.slot) * 2 * per;
+  const int step_rows = static_cast<int>(gridDim.x) * sh.slots * 2 * per;
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  // Output of this lane's pair in item j0 (past n: the item's first pair again, whose
+  // second result is dropped), and the byte address of this lane's row.
+  auto pair_output = [&](int j0) { return j0 + (row >> 1) * per < n ? j0 + (row >> 1) * per : j0; };
+  auto row_begin = [&](int j0) {
+    return reinterpret_cast<uintptr_t>(w + mv_weight_row(a, f, pair_output(j0), row & 1) * a.w_row_bytes);
+  };
+  int load_j0 = first;
+  auto issue_next = [&](int slot) {
+    if (load_j0 < n) {
+      const uintptr_t begin = row_begin(load_j0);
+      const int lead = static_cast<int>(begin & 15);
+      const int words = (lead + row_bytes + 15) >> 4;
+      const auto* src = reinterpret_cast<const uint4*>(begin - lead);
+      uint4* dst = ring + (slot * kShortRows + row) * row_words;
+      for (int i = sub; i < words; i += kShortLanesPerRow) ptx::cp_async16(ptx::smem_addr(dst + i), src + i);
+      load_j0 += step_rows;
+    }
+    ptx::cp_async_commit();
+  };
+  // Weights are read-only for the pass: the first items are requested before the wait.
+#pragma unroll
+  for (int t = 0; t < kShortStages - 1; ++t) issue_next(t);
+  mv1_prefetch_norm_weight(a, f);
+  pdl_wait();
+  const float x_scale = mv1_quantize_x(a, f, inv_rms, scratch, xs);
+  const bool storer = sub == 0 && (row & 1) == 0;  // lanes 0 and 16: one pair each
+  const float2 first_residual = mv1_first_residual(a, f, first + (row >> 1) * per, storer);
+  quantdot::XGroup x[kShortUnitsPerLane];
+#pragma unroll
+  for (int i = 0; i < kShortUnitsPerLane; ++i) {
+    const int u = sub + kShortLanesPerRow * i;
+    if (u < units) {
+      const float4 g = xs.groups[u];
+      x[i] = quantdot::XGroup::load(xs.q + u * 32, g.x, g.y, g.z);
+    }
+  }
+  int j0 = first;
+  for (int slot = 0; j0 < n; slot = slot == kShortStages - 1 ? 0 : slot + 1) {
+    issue_next(slot == 0 ? kShortStages - 1 : slot - 1);  // the slot computed last
+    ptx::cp_async_wait<kShortStages - 1>();
+    __syncwarp();  // every lane's copies of this item are visible to the warp
+    const auto* b = reinterpret_cast<const uint8_t*>(ring + (slot * kShortRows + row) * row_words) +
+                    (row_begin(j0) & 15);
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kShortUnitsPerLane; ++i) {
+      const int u = sub + kShortLanesPerRow * i;
+      if (u < units) acc += F::unit_dot(b + u * F::kBlockBytes, 0, x[i]);
+    }
+    __syncwarp();  // every lane is done with the slot before it is refilled
+#pragma unroll
+    for (int offset = kShortLanesPerRow / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    const float second = __shfl_down_sync(0xffffffffu, acc, kShortLanesPerRow);  // the pair's other row
+    const int jp = j0 + (row >> 1) * per;
+    if (storer && jp < n) {
+      mv_store_row(a, f, 0, jp, acc * x_scale, second * x_scale, rope_pair_cos_sin(f, jp),
+                   j0 == first ? &first_residual : nullptr);
+    }
+    j0 += step_rows;
   }
   ptx::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last item are empty)
 }
@@ -1071,10 +1181,8 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
   constexpr int kChunkWords = 32 * kDenseLoads;
   const auto* wb = static_cast<const unsigned char*>(a.w);
-  const int per = f.silu ? 1 : kMvRowsPerWarp;
-  const int n = static_cast<int>(a.n);
-  const int first = (static_cast<int>(blockIdx.x) * sh.slots + sh.slot) * per;
-  const int step_rows = static_cast<int>(gridDim.x) * sh.slots * per;
+  const Mv1Rows rows = mv1_rows(a, f, sh);
+  const int n = rows.n, first = rows.first, step_rows = rows.step;
   const int row_words = static_cast<int>(a.k / kVec);
   // This warp's chunks of every row pair: [c_first, c_first + chunks).
   const Mv1Chunks mine = mv1_chunks((row_words + kChunkWords - 1) / kChunkWords, sh);
@@ -1196,6 +1304,20 @@ __global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_fused_kernel(c
   mv1_body<W>(f.mm, fusion_of(f));
 }
 
+// The short-row body in kernels of its own (mv1_short_<W>_f32[_fused]), picked by the op
+// (ops::cuda_mv1_short_rows): as a branch inside mv1_kernel it cost the other bodies
+// registers and stack (-9% on llama-1b q4_0, whose products never took it). At most 8
+// warps per block, 2 blocks per SM (3, at 80 registers, spilled and measured slower).
+template <DType W>
+__global__ void __launch_bounds__(8 * 32, 2) mv1_short_kernel(const __grid_constant__ ops::MatmulArgs a) {
+  mv1_short_body<W>(a, MvFusion{});
+}
+
+template <DType W>
+__global__ void __launch_bounds__(8 * 32, 2) mv1_short_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+  mv1_short_body<W>(f.mm, fusion_of(f));
+}
+
 template <DType W>
 __global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv_quant_body<W>(f.mm, fusion_of(f));
@@ -1280,6 +1402,14 @@ void register_weight_type(KernelRegistry& registry) {
   registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
                                                       reinterpret_cast<const void*>(&mv1_fused_kernel<W>),
                                                       ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+  if constexpr (W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0) {
+    registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_short_" + t + "_f32",
+                                                   reinterpret_cast<const void*>(&mv1_short_kernel<W>),
+                                                   ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+    registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_short_" + t + "_f32_fused",
+                                                        reinterpret_cast<const void*>(&mv1_short_fused_kernel<W>),
+                                                        ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+  }
   // mm for the other types: the tensor-core kernels of matmul_tc.cu.
   if constexpr (W == DType::f32) {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mm_" + t + "_f32", reinterpret_cast<const void*>(&mm_f32_kernel), 256));
