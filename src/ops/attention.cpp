@@ -108,7 +108,8 @@ void GraphSession::sdpa(const TensorView& q, const TensorView& k, const TensorVi
 
 void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& kv_length, const TensorView& out,
-                                const BufferView& scratch, const ops::AttentionParams& params) {
+                                const BufferView& scratch, const ops::AttentionParams& params,
+                                const BufferView& prefetch_l2) {
   const char* op = "flash_decode";
   const int64_t ctx = check_attention(op, q, k, v, out, params);
   check(q.rows() == params.n_head, op, "q has shape ", q.shape.str(),
@@ -131,6 +132,7 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
             !partials.range().overlaps(k.range()) && !partials.range().overlaps(v.range()),
         op, "scratch overlaps q, k, v or out");
   check(params.n_head <= 65535, op, "n_head ", params.n_head, " is more than 65535 (grid.y)");
+  check(!prefetch_l2 || prefetch_l2.address() % 16 == 0, op, "prefetch_l2 is not 16-byte aligned");
   ops::FlashDecodeArgs args{};
   args.q = static_cast<const float*>(q.data());
   args.k = k.data();
@@ -158,8 +160,13 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
     dims.block.x = kCudaAttentionThreads;
     dims.shared_bytes = ops::flash_decode_cluster_shared_bytes(args.chunks, params.head_dim);
     const Kernel& kernel = backend().registry().get(kernel_name("flash_decode_cluster", k.dtype));
+    if (prefetch_l2.size() >= 16) {
+      args.prefetch = prefetch_l2.data();
+      args.prefetch_bytes = static_cast<int64_t>(prefetch_l2.size() / 16 * 16);  // whole 16-byte pieces
+    }
     Dispatch d(kernel, dims, args, OpKind::attention, "flash_decode");
     d.read(q).read(k).read(v).read_early(kv_length).write(out);
+    if (args.prefetch != nullptr) d.read_early(prefetch_l2);
     dispatch(std::move(d));
     return;
   }

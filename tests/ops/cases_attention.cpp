@@ -130,7 +130,7 @@ std::vector<double> flash_reference(const std::vector<double>& q, const std::vec
 }
 
 void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, int64_t ctx,
-                      int32_t kv_length, DType cache_type) {
+                      int32_t kv_length, DType cache_type, size_t prefetch_bytes = 0) {
   const ops::AttentionParams p = attention_params(heads, head_dim);
   const int64_t valid = std::clamp<int64_t>(kv_length, 0, ctx);
   TensorView q = c.random_input(DType::f32, {p.n_head, head_dim}, -3.0f, 3.0f);
@@ -140,7 +140,9 @@ void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, i
   TensorView out = c.output(DType::f32, {p.n_head, head_dim});
   // Poisoned scratch: empty partials must never be read.
   BufferView scratch = c.scratch(ops::flash_decode_scratch_bytes(p.n_head, ctx, head_dim));
-  c.session().flash_decode(q, k, v, length, out, scratch, p);
+  // An L2 prefetch range (read-only data of later dispatches) changes nothing.
+  const BufferView prefetch = prefetch_bytes > 0 ? c.scratch(prefetch_bytes) : BufferView{};
+  c.session().flash_decode(q, k, v, length, out, scratch, p, prefetch);
   c.run();
   c.expect_near(out, flash_reference(c.host(q), c.host(k), c.host(v), p, ctx, kv_length),
                 attention_tolerance());
@@ -236,6 +238,14 @@ ONEPASS_OP_CASES(attention) {
   cases.push_back({"flash_decode/bf16/6h2kv_hd64/kv300_ctx513", [](OpContext& c) {
     run_flash_decode(c, kHeadConfigs[1], 64, 513, 300, DType::bf16);  // the GQA kernel with bf16
   }});
+  // With an L2 prefetch of 1 MiB and 40 bytes (the CUDA kernel requests the whole 16-byte
+  // pieces, spread over its blocks) and of less than one piece (nothing requested).
+  cases.push_back({"flash_decode/f16/6h2kv_hd64/kv300_ctx513_prefetch", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[1], 64, 513, 300, DType::f16, (size_t{1} << 20) + 40);
+  }});
+  cases.push_back({"flash_decode/f32/4h4kv_hd80/kv7_ctx40_prefetch_tiny", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[0], 80, 40, 7, DType::f32, 8);
+  }});
   cases.push_back({"flash_decode/f16/6h2kv_hd64/kv256_ctx512", [](OpContext& c) {
     run_flash_decode(c, kHeadConfigs[1], 64, 512, 256, DType::f16);  // 8 chunks of 32 keys
   }});
@@ -299,6 +309,7 @@ TEST(AttentionValidation, RejectsBadArguments) {
     float scale = 0.125f;
     size_t scratch_less = 0;
     int32_t head_dim = 64;
+    size_t prefetch_offset = 0;  // into a 4 KB buffer given as prefetch_l2 when nonzero
   };
   auto flash = [](Setup u) {
     return [=](GraphSession& s, Backend& b) {
@@ -311,7 +322,8 @@ TEST(AttentionValidation, RejectsBadArguments) {
       s.flash_decode(b.alloc_tensor(u.q_type, {6, 64}), b.alloc_tensor(DType::f16, {2, 300, 64}),
                      b.alloc_tensor(u.v_type, {2, 300, 64}),
                      b.alloc_tensor(DType::i32, {u.kv_length_values}),
-                     b.alloc_tensor(DType::f32, {6, 64}), b.alloc(scratch), p);
+                     b.alloc_tensor(DType::f32, {6, 64}), b.alloc(scratch), p,
+                     u.prefetch_offset ? b.alloc(4096).slice_from(u.prefetch_offset) : BufferView{});
     };
   };
   expect_op_error("flash_decode", flash({.n_kv_head = 4}));         // 6 % 4 != 0
@@ -322,6 +334,7 @@ TEST(AttentionValidation, RejectsBadArguments) {
   expect_op_error("flash_decode", flash({.scale = 0.0f}));          // scale unset
   expect_op_error("flash_decode", flash({.scratch_less = 4}));      // scratch too small
   expect_op_error("flash_decode", flash({.head_dim = 80}));         // shapes say 64
+  expect_op_error("flash_decode", flash({.prefetch_offset = 8}));   // prefetch_l2 not 16-byte aligned
   expect_op_error("sdpa", [](GraphSession& s, Backend& b) {         // positions per token
     ops::AttentionParams p{0.125f, 4, 4, 64};
     s.sdpa(b.alloc_tensor(DType::f32, {5, 4, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),

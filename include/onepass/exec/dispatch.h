@@ -81,6 +81,10 @@ struct Dispatch {
     if (!t.range().empty()) early_reads.push_back(t.range());
     return read(t);
   }
+  Dispatch& read_early(const BufferView& v) {
+    if (!v.range().empty()) early_reads.push_back(v.range());
+    return read(v);
+  }
   Dispatch& write(const TensorView& t) { return write(t.view, t.range()); }
   Dispatch& write(const BufferView& v) { return write(v, v.range()); }
 

@@ -166,9 +166,12 @@ class GraphSession {
   /// (flash_decode_scratch_bytes()) on the CPU; on CUDA one cluster kernel merges them in
   /// shared memory and scratch is checked but unused (kv_length is read there before the
   /// PDL wait, an early read: never launched early after a dispatch writing it).
+  /// `prefetch_l2` (optional, read-only for the pass; ignored on the CPU): data that later
+  /// dispatches read, requested into the GPU's L2 while the attention runs.
   void flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& kv_length, const TensorView& out,
-                    const BufferView& scratch, const ops::AttentionParams& params);
+                    const BufferView& scratch, const ops::AttentionParams& params,
+                    const BufferView& prefetch_l2 = {});
   /// RoPE on q [tokens, n_head, head_dim] in place, and RoPE'd k and v [tokens, n_kv_head,
   /// head_dim] written into the caches at positions: rope + rope + kv_write + kv_write in
   /// one dispatch (the decode step's attention inputs).

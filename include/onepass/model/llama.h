@@ -34,6 +34,13 @@ struct LoadOptions {
   /// between two steps is a programmatic (PDL) edge inside a graph instead of the start of
   /// the next graph launch. 1: a graph per step.
   int64_t fed_steps_per_graph = 8;
+  /// CUDA decode: the first l2_prefetch_bytes of each layer's gate/up weights are
+  /// requested into L2 by the layer's attention kernel (GraphSession::flash_decode's
+  /// prefetch_l2), whose own DRAM traffic is small, so the gate/up product starts with
+  /// them in L2. 0: off; -1 (default): a third of the gate/up weights, at least 4 MiB and
+  /// at most 12 MiB (the best amounts measured: 4-6 MiB for llama-1b q4_0, 10-12 for q8_0,
+  /// 4-12 for f16, on an H100 and an H200; 16 MiB and more slowed q4_0 and f16).
+  int64_t l2_prefetch_bytes = -1;
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;
 };

@@ -147,6 +147,11 @@ struct FlashDecodeArgs {
   int64_t v_stride;
   int64_t out_stride;
   float scale;
+  /// CUDA: bytes [prefetch, prefetch + prefetch_bytes) of read-only data a later dispatch
+  /// reads (the next products' weights) are requested into L2 by this one, whose own
+  /// DRAM traffic is small (GraphSession::flash_decode's prefetch_l2). 16-byte aligned.
+  const void* prefetch;
+  int64_t prefetch_bytes;
 };
 
 }  // namespace onepass::ops

@@ -499,6 +499,24 @@ __global__ void __launch_bounds__(kMaxThreads)
 // that need no round trip); after one cluster barrier the first block merges the slots
 // from its own shared memory and writes the head's output. No partial goes through
 // global memory and no merge kernel follows.
+// This block's share of the L2 prefetch (FlashDecodeArgs::prefetch): bulk requests of 4 KB,
+// one per thread in turn, fire and forget. Issued before the PDL wait (the data is
+// read-only for the pass), so DRAM starts on them while the Q/K/V product finishes;
+// issued after the wait instead, the decode step measured 8-10% slower (H100).
+__device__ __forceinline__ void prefetch_share(const ops::FlashDecodeArgs& a) {
+  if (a.prefetch == nullptr) return;
+  constexpr int64_t kPiece = 4096;
+  const int64_t blocks = int64_t{gridDim.x} * gridDim.y;
+  const int64_t block = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
+  const int64_t pieces = (a.prefetch_bytes + kPiece - 1) / kPiece;
+  const auto* base = static_cast<const char*>(a.prefetch);
+  for (int64_t p = block * blockDim.x + threadIdx.x; p < pieces; p += blocks * blockDim.x) {
+    const int64_t bytes = min(kPiece, a.prefetch_bytes - p * kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + p * kPiece), "r"(static_cast<uint32_t>(bytes))
+                 : "memory");
+  }
+}
+
 template <DType C>
 __global__ void __launch_bounds__(kMaxThreads)
     flash_decode_cluster_kernel(const __grid_constant__ ops::FlashDecodeArgs a) {
@@ -521,6 +539,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t length = valid < 0 ? 0 : (valid > a.ctx ? a.ctx : valid);
   const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, a.chunks);
   const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, a.chunks);
+  prefetch_share(a);
   pdl_wait();
   // Every thread of every block reaches both barriers (no early return).
   float max = -INFINITY;
