@@ -375,12 +375,9 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
       // The attention's DRAM traffic is small: it requests the start of the gate/up
       // weights into L2 meanwhile (LoadOptions::l2_prefetch_bytes).
       BufferView prefetch;
-      if (options_.l2_prefetch_bytes != 0 && !w.gate_up_parts.empty()) {
+      if (options_.l2_prefetch_bytes > 0 && !w.gate_up_parts.empty()) {
         const BufferView& gate_up = w.gate_up_parts.front().weight.view;
-        constexpr size_t kMiB = size_t{1} << 20;
-        const size_t bytes = options_.l2_prefetch_bytes > 0 ? static_cast<size_t>(options_.l2_prefetch_bytes)
-                                                            : std::clamp(gate_up.size() / 3, 4 * kMiB, 12 * kMiB);
-        prefetch = gate_up.slice(0, std::min(gate_up.size(), bytes));
+        prefetch = gate_up.slice(0, std::min(gate_up.size(), static_cast<size_t>(options_.l2_prefetch_bytes)));
       }
       s.flash_decode(q.reshaped(Shape{c.heads, hd}), w.k_cache, w.v_cache, b.kv_length(),
                      attn.reshaped(Shape{c.heads, hd}), b.flash_scratch, attention, prefetch);

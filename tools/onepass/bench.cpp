@@ -28,7 +28,7 @@ struct BenchArgs {
   int reps = 3;
   int64_t batch = model::LoadOptions{}.max_batch;
   int64_t steps_per_graph = model::LoadOptions{}.fed_steps_per_graph;
-  double l2_prefetch_mib = -1;  // LoadOptions' automatic amount
+  double l2_prefetch_mib = static_cast<double>(model::LoadOptions{}.l2_prefetch_bytes) / (1 << 20);
   bool json = false;
 };
 
@@ -54,9 +54,8 @@ int run_bench(const BenchArgs& args) {
   load.max_batch = args.batch;
   check(args.steps_per_graph >= 1, where, "--steps-per-graph must be at least 1, got ", args.steps_per_graph);
   load.fed_steps_per_graph = args.steps_per_graph;
-  check(args.l2_prefetch_mib >= 0 || args.l2_prefetch_mib == -1, where,
-        "--l2-prefetch-mib must be -1 (automatic), 0 (off) or positive, got ", args.l2_prefetch_mib);
-  load.l2_prefetch_bytes = args.l2_prefetch_mib < 0 ? -1 : static_cast<int64_t>(args.l2_prefetch_mib * (1 << 20));
+  check(args.l2_prefetch_mib >= 0, where, "--l2-prefetch-mib must not be negative, got ", args.l2_prefetch_mib);
+  load.l2_prefetch_bytes = static_cast<int64_t>(args.l2_prefetch_mib * (1 << 20));
   load.progress = [&](double fraction, const std::string& name) {
     if (!args.json)
       progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
@@ -199,8 +198,7 @@ Command add_bench_command(CLI::App& parent) {
                   "Greedy decode steps recorded into one replayed graph")
       ->capture_default_str();
   app->add_option("--l2-prefetch-mib", args->l2_prefetch_mib,
-                  "CUDA decode: MiB of each layer's gate/up weights requested into L2 during attention "
-                  "(-1: a third of them within 4-12 MiB; 0: off)")
+                  "CUDA decode: MiB of each layer's gate/up weights requested into L2 during attention (0: off)")
       ->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object");
   return {app, [args] { return run_bench(*args); }};

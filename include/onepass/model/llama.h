@@ -37,10 +37,12 @@ struct LoadOptions {
   /// CUDA decode: the first l2_prefetch_bytes of each layer's gate/up weights are
   /// requested into L2 by the layer's attention kernel (GraphSession::flash_decode's
   /// prefetch_l2), whose own DRAM traffic is small, so the gate/up product starts with
-  /// them in L2. 0: off; -1 (default): a third of the gate/up weights, at least 4 MiB and
-  /// at most 12 MiB (the best amounts measured: 4-6 MiB for llama-1b q4_0, 10-12 for q8_0,
-  /// 4-12 for f16, on an H100 and an H200; 16 MiB and more slowed q4_0 and f16).
-  int64_t l2_prefetch_bytes = -1;
+  /// them in L2. 0: off. (4 MiB, H100, decode after 16 / 512 prompt tokens: +0.7 / +0.3%
+  /// smollm2, +0.7 / +0.1% llama-1b q4_0, +0.6 / -0.3% q8_0, +2.5 / +2.2% f16. A third of
+  /// the gate/up weights within 4-12 MiB gave q8_0 +1.2% more after 16 tokens but lost 3%
+  /// on q8_0 and f16 after 512, when the attention reads more of the cache; 16 MiB and
+  /// more slowed q4_0 and f16 after 16 tokens too.)
+  int64_t l2_prefetch_bytes = int64_t{4} << 20;
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;
 };
