@@ -723,6 +723,21 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   }
 }
 
+// The start of the bodies that copy their weights by cp.async into a ring of Stages
+// shared-memory stages per warp (q6_k, short rows): the first Stages - 1 items are requested
+// before the PDL wait (weights are read-only for the pass), a fused norm's weight is
+// prefetched into L2, and x is staged once the predecessor is done. Returns x's scale
+// (mv1_quantize_x). issue_next(slot) requests the warp's next item into `slot`.
+template <int Stages, typename Issue>
+__device__ __forceinline__ float mv1_ring_start(const ops::MatmulArgs& a, const MvFusion& f, Issue& issue_next,
+                                                float* inv_rms, float* scratch, XQuantSmem xs) {
+#pragma unroll
+  for (int t = 0; t < Stages - 1; ++t) issue_next(t);
+  mv1_prefetch_norm_weight(a, f);
+  pdl_wait();
+  return mv1_quantize_x(a, f, inv_rms, scratch, xs);
+}
+
 // ---- one row of x, q6_k: a lane per half super-block ----------------------------------------
 //
 // mv1_quant_body gives each lane one 32-value unit, so q6_k's shared bytes are read and
@@ -832,12 +847,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
     }
     ptx::cp_async_commit();
   };
-  // Weights are read-only for the pass: the first items are requested before the wait.
-#pragma unroll
-  for (int t = 0; t < kQ6Stages - 1; ++t) issue_next(t);
-  mv1_prefetch_norm_weight(a, f);
-  pdl_wait();
-  const float x_scale = mv1_quantize_x(a, f, inv_rms, scratch, xs);
+  const float x_scale = mv1_ring_start<kQ6Stages>(a, f, issue_next, inv_rms, scratch, xs);
   const float2 first_residual = mv1_first_residual(a, f, first, lane == 0 && sh.part == 0);
 
   const int row = lane >> 4;                   // this lane's row of the pair
@@ -954,12 +964,7 @@ __device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const M
     }
     ptx::cp_async_commit();
   };
-  // Weights are read-only for the pass: the first items are requested before the wait.
-#pragma unroll
-  for (int t = 0; t < kShortStages - 1; ++t) issue_next(t);
-  mv1_prefetch_norm_weight(a, f);
-  pdl_wait();
-  const float x_scale = mv1_quantize_x(a, f, inv_rms, scratch, xs);
+  const float x_scale = mv1_ring_start<kShortStages>(a, f, issue_next, inv_rms, scratch, xs);
   const bool storer = sub == 0 && (row & 1) == 0;  // lanes 0 and 16: one pair each
   const float2 first_residual = mv1_first_residual(a, f, first + (row >> 1) * per, storer);
   quantdot::XGroup x[kShortUnitsPerLane];
