@@ -128,8 +128,9 @@ inline uint32_t flash_decode_cluster_shared_bytes(int64_t chunks, int64_t head_d
 /// CUDA, one dispatch. Kernel flash_decode_cluster_<C>: grid {chunks, n_head} (chunks <=
 /// kCudaFlashDecodeClusterMax) launched in clusters of {chunks, 1, 1} (Kernel::cluster_rows),
 /// 128 threads, flash_decode_cluster_shared_bytes(chunks, head_dim) of dynamic shared
-/// memory; each block stores its partial into the cluster's first block, which merges them
-/// (scratch is not used). kv_length is read before the PDL wait.
+/// memory; each block stores its partial into the cluster's first block (asynchronous
+/// stores counted on that block's transaction barrier), which merges them once all have
+/// landed (scratch is not used). kv_length is read before the PDL wait.
 struct FlashDecodeArgs {
   const float* q;
   const void* k;
