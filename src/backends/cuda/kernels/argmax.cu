@@ -11,6 +11,7 @@
 
 #include "common.cuh"
 #include "onepass/ops/argmax.h"
+#include "ptx.cuh"
 #include "registration.h"
 
 namespace onepass::cuda {
@@ -121,8 +122,9 @@ __global__ void argmax_kernel(const __grid_constant__ Args args) {
 
 // Grid {chunks, rows} in clusters of {chunks, 1, 1} (ops::kCudaArgmaxClusterMax at most):
 // block (c, r) takes chunk c of row r (ops::argmax_chunk_begin) and stores its candidate
-// into slot c of the first block's shared memory; after one cluster barrier the first
-// block merges the slots in chunk order (the lower index wins ties across chunks too).
+// into slot c of the first block's shared memory (st.async, counted on that block's
+// transaction barrier); once all have landed, its first thread merges them in chunk order
+// (the lower index wins ties across chunks too).
 template <DType T, typename Args>
 __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_constant__ Args args) {
   using S = typename Elem<T>::storage;
@@ -130,27 +132,38 @@ __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_const
   namespace cg = cooperative_groups;
   __shared__ float chunk_value[ops::kCudaArgmaxClusterMax];
   __shared__ int32_t chunk_index[ops::kCudaArgmaxClusterMax];
+  __shared__ uint64_t slots_full;  // the first block's: completes when the others' candidates land
   const cg::cluster_group cluster = cg::this_cluster();
-  // Every block must have started before another stores into its shared memory: arrive
-  // now, wait just before the stores.
-  cluster.barrier_arrive();
-  pdl_wait();
   const int64_t r = blockIdx.y;
   const int chunk = static_cast<int>(blockIdx.x);
   const int chunks = static_cast<int>(gridDim.x);
+  if (chunk == 0 && threadIdx.x == 0) {
+    ptx::mbarrier_init_for_receive(ptx::smem_addr(&slots_full));
+    ptx::mbarrier_expect_bytes(ptx::smem_addr(&slots_full), static_cast<uint32_t>((chunks - 1) * 8));
+  }
+  // Every block must have started (and the first block's barrier be initialised) before
+  // another stores into its shared memory: arrive now, wait just before the stores.
+  cluster.barrier_arrive();
+  pdl_wait();
   float best_v;
   int32_t best_i;
   block_argmax<T>(static_cast<const S*>(a.x) + r * a.x_stride, ops::argmax_chunk_begin(chunk, chunks, a.cols),
                   ops::argmax_chunk_begin(chunk + 1, chunks, a.cols), best_v, best_i);
   cluster.barrier_wait();
-  if (threadIdx.x == 0) {
-    *cluster.map_shared_rank(chunk_value + chunk, 0) = best_v;
-    *cluster.map_shared_rank(chunk_index + chunk, 0) = best_i;
+  if (chunk != 0) {
+    // The candidate goes into slot `chunk` of the first block by asynchronous stores
+    // counted on its barrier (see flash_decode_cluster_kernel): no block waits for another.
+    if (threadIdx.x == 0) {
+      const uint32_t remote_full = ptx::cluster_shared_addr(ptx::smem_addr(&slots_full), 0);
+      ptx::st_async_b32(ptx::cluster_shared_addr(ptx::smem_addr(chunk_value + chunk), 0), __float_as_uint(best_v),
+                        remote_full);
+      ptx::st_async_b32(ptx::cluster_shared_addr(ptx::smem_addr(chunk_index + chunk), 0),
+                        static_cast<uint32_t>(best_i), remote_full);
+    }
+    return;
   }
-  cluster.sync();  // every slot is written and visible to the first block
-  if (chunk != 0 || threadIdx.x != 0) return;
-  best_v = chunk_value[0];
-  best_i = chunk_index[0];
+  if (threadIdx.x != 0) return;
+  ptx::mbarrier_wait_phase0(ptx::smem_addr(&slots_full));
   for (int c = 1; c < chunks; ++c) {
     if (better(chunk_value[c], chunk_index[c], best_v, best_i)) {
       best_v = chunk_value[c];

@@ -530,12 +530,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t chunk = blockIdx.x;
   const int64_t slot_floats_all = (a.head_dim <= kMaxHeadDim ? a.head_dim : 0) + 2;
   if (chunk == 0 && threadIdx.x == 0) {
-    // One arrival (its own, with the bytes the others will store) plus their transactions.
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ptx::smem_addr(&slots_full)) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;" ::"r"(ptx::smem_addr(&slots_full)),
-                 "r"(static_cast<uint32_t>((a.chunks - 1) * slot_floats_all * 4))
-                 : "memory");
+    ptx::mbarrier_init_for_receive(ptx::smem_addr(&slots_full));
+    ptx::mbarrier_expect_bytes(ptx::smem_addr(&slots_full), static_cast<uint32_t>((a.chunks - 1) * slot_floats_all * 4));
   }
   // Every block must have started (and the first block's barrier be initialised) before
   // another stores into its shared memory: arrive now, wait just before the stores (long
@@ -570,19 +566,14 @@ __global__ void __launch_bounds__(kMaxThreads)
     // count themselves on its barrier (st.async ... complete_tx): no block waits for
     // another, and none but the first waits at all. (A cluster barrier after plain remote
     // stores, each block waiting for every other: H100 decode ~6% slower on smollm2.)
-    uint32_t remote_slot;
-    uint32_t remote_full;
-    asm("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote_slot) : "r"(ptx::smem_addr(slots + chunk * slot_floats)));
-    asm("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote_full) : "r"(ptx::smem_addr(&slots_full)));
+    const uint32_t remote_slot = ptx::cluster_shared_addr(ptx::smem_addr(slots + chunk * slot_floats), 0);
+    const uint32_t remote_full = ptx::cluster_shared_addr(ptx::smem_addr(&slots_full), 0);
     for (int64_t i = threadIdx.x; i < slot_floats; i += blockDim.x) {
       // An empty partial stores zeros for its acc (never read: l = 0), so that every
       // block stores the bytes the first block expects.
       const float value = i < slot_dims ? (total > 0.0f ? merged_acc(sh, weight, i) : 0.0f)
                           : i == slot_dims ? max : total;
-      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                       remote_slot + static_cast<uint32_t>(i) * 4),
-                   "r"(__float_as_uint(value)), "r"(remote_full)
-                   : "memory");
+      ptx::st_async_b32(remote_slot + static_cast<uint32_t>(i) * 4, __float_as_uint(value), remote_full);
     }
     return;
   }
@@ -594,14 +585,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     slots[slot_dims + 1] = total;
   }
   __syncthreads();  // its own slot
-  // The others' slots: the barrier's phase 0 completes when all their bytes have landed.
-  for (uint32_t done = 0; !done;) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(ptx::smem_addr(&slots_full))
-        : "memory");
-  }
+  ptx::mbarrier_wait_phase0(ptx::smem_addr(&slots_full));  // the others' slots have landed
   // The merge: weights exp(m_c - M) over the partials with l > 0, in chunk order. Every
   // thread reads the chunks' states itself (broadcast shared-memory loads, all issued
   // together in loops unrolled to the cluster's largest size), so no barrier separates

@@ -1,5 +1,6 @@
 // Thin wrappers over the PTX instructions the CUDA kernels share: asynchronous global ->
-// shared copies (sm_80+), ldmatrix and the m16n8k16 tensor-core product (mma.sync).
+// shared copies (sm_80+), hand-offs between the blocks of a cluster (sm_90), ldmatrix and
+// the m16n8k16 tensor-core product (mma.sync).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,48 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+}
+
+// ---- one-way hand-offs inside a thread-block cluster (sm_90) ----------------------------
+// A receiving block initialises a transaction barrier (mbarrier) and arms it with the bytes
+// it expects; the other blocks store into its shared memory with st.async, each store
+// counting its bytes on that barrier, and need not wait for anything; the receiver waits
+// for the barrier's phase 0. The barrier must be initialised before the cluster barrier
+// that the senders wait on before their first store.
+
+/// Initialises the mbarrier at `bar` for one arrival (the receiver's own, made by
+/// mbarrier_expect_bytes) and makes the initialisation visible to the cluster.
+__device__ __forceinline__ void mbarrier_init_for_receive(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/// The receiver's arrival: phase 0 completes once `bytes` have landed.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// Waits (every calling thread) until phase 0 of the mbarrier at `bar` completes; the
+/// bytes counted on it are then visible to the thread.
+__device__ __forceinline__ void mbarrier_wait_phase0(uint32_t bar) {
+  for (uint32_t done = 0; !done;) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar)
+        : "memory");
+  }
+}
+/// The address in cluster block `rank`'s shared memory of this block's address `addr`.
+__device__ __forceinline__ uint32_t cluster_shared_addr(uint32_t addr, uint32_t rank) {
+  uint32_t remote;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+/// Stores 4 bytes at `remote` (a cluster_shared_addr) and counts them on the receiver's
+/// mbarrier at `remote_bar`.
+__device__ __forceinline__ void st_async_b32(uint32_t remote, uint32_t value, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote), "r"(value),
+               "r"(remote_bar)
+               : "memory");
 }
 
 __device__ __forceinline__ void st_shared_v4(uint32_t dst, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
