@@ -598,6 +598,75 @@ __device__ __forceinline__ float2 mv1_first_residual(const ops::MatmulArgs& a, c
   return r;
 }
 
+// Rows a warp finished during one pass over its ring of weight items (mv1_quant_body,
+// mv1_dense_body): lane i keeps the pass's i-th row's two sums (warp_sum leaves them in
+// every lane) and stores that row, so the epilogue is compiled once after the pass
+// instead of once per unrolled ring slot. In each slot it (RoPE's powf / sincosf, every
+// fusion path, the parts' barrier) was most of the kernel: mv1_<W>_f32_fused shrank from
+// 6488 / 6480 / 5648 / 6000 to 4352 / 4328 / 4080 / 3896 instructions (q4_1 / q4_0 / q8_0 /
+// f16), and H200 decode after 16 tokens went 2237 / 1973 / 1623 / 1244 -> 2243 / 2000 /
+// 1616 / 1245 tok/s (smollm2 / llama-1b q4_0 / q8_0 / f16). A pass's stores wait for its
+// last item, so the last row breaks out of the pass at once (smollm2's warps have one row
+// each: without that, -1%).
+struct Mv1Done {
+  float v0 = 0.0f, v1 = 0.0f;
+  int count = 0;
+  __device__ __forceinline__ void add(int lane, float s0, float s1) {
+    if (lane == count) {
+      v0 = s0;
+      v1 = s1;
+    }
+    ++count;
+  }
+};
+
+// The finished rows: lane i of part 0 stores the pass's i-th row (the warp's outputs
+// next - count * step ... next - step, in order), after the other parts' sums are added
+// (split K: one barrier per row, as the parts' rows may finish in different passes).
+// first: mv1_first_pair of the warp's first row pair, for lane 0 of the first pass.
+__device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const MvFusion& f, const Mv1Shape& sh,
+                                                Mv1Done& done, Mv1PartSums& part_sums, int& parity, int next,
+                                                int step, float x_scale, bool& first_pass, const float2& first) {
+  if (sh.parts > 1) {
+#pragma unroll 1
+    for (int i = 0; i < done.count; ++i) {
+      if (sh.part > 0 && sh.lane == i) part_sums[sh.slot][parity][sh.part - 1] = make_float2(done.v0, done.v1);
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + sh.slot), "r"(32 * sh.parts) : "memory");  // this slot's warps
+      if (sh.part == 0 && sh.lane == i) {
+        for (int p = 1; p < sh.parts; ++p) {
+          const float2 other = part_sums[sh.slot][parity][p - 1];
+          done.v0 += other.x;
+          done.v1 += other.y;
+        }
+      }
+      parity ^= 1;
+    }
+  }
+  if (sh.part == 0 && sh.lane < done.count) {
+    const int j0 = next - (done.count - sh.lane) * step;
+    const bool is_first = first_pass && sh.lane == 0;
+    mv_store_row(a, f, 0, j0, done.v0 * x_scale, done.v1 * x_scale,
+                 is_first && f.rope ? first : rope_pair_cos_sin(f, j0), is_first ? &first : nullptr);
+  }
+  if (done.count > 0) first_pass = false;
+  done.count = 0;
+}
+
+// What the epilogue of a warp's first row pair needs, requested once x is staged so that
+// its latency overlaps the sums: RoPE's cos / sin of the pair for a Q/K/V product with RoPE
+// folded in (no residual there), else its residual (mv1_first_residual). One register pair
+// for both: the ring loop has no register to spare. The warp's first output is computed
+// again from %ctaid.x (volatile: not merged with the kernel's first reading), so that no
+// register holds it through the x staging (ptxas spilled it for q8_0).
+__device__ __forceinline__ float2 mv1_first_pair(const ops::MatmulArgs& a, const MvFusion& f, const Mv1Shape& sh,
+                                                 bool storer) {
+  uint32_t block;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));
+  const int first = (static_cast<int>(block) * sh.slots + sh.slot) * (f.silu ? 1 : kMvRowsPerWarp);
+  if (f.rope) return first < a.n ? rope_pair_cos_sin(f, first) : make_float2(1.0f, 0.0f);
+  return mv1_first_residual(a, f, first, storer);
+}
+
 // Weight items (chunks of a warp's row pair) in flight per warp in mv1_quant_body: four
 // when a chunk of both rows takes at most 16 registers per lane, else three.
 template <DType W>
@@ -619,6 +688,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   constexpr int kLoads = (kWords + 31) / 32;
   constexpr int kChunkBytes = 32 / F::kUnits * F::kBlockBytes;
   constexpr int kDepth = mv1_ring_depth<W>();
+  static_assert(kDepth <= 32, "a lane per row finished in a pass (Mv1Done)");
   using Stage = uint4[kMvRowsPerWarp][kLoads * 32];
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
@@ -671,10 +741,11 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   mv1_prefetch_norm_weight(a, f);
   pdl_wait();
   const float x_scale = mv1_quantize_x(a, f, inv_rms, scratch, xs);
-  const float2 first_residual = mv1_first_residual(a, f, first, lane == 0 && sh.part == 0);
+  const float2 first_pair = mv1_first_pair(a, f, sh, lane == 0 && sh.part == 0);
 
   int j0 = first, c = 0, parity = 0;
-  float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
+  Mv1Done done;
+  bool first_pass = true;
   float acc0 = 0.0f, acc1 = 0.0f;
   const int local_block = lane / F::kUnits;
   const int sub = lane - local_block * F::kUnits;
@@ -707,19 +778,15 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
           acc1 += part[1];
         }
         if (++c == chunks) {
-          float v0 = warp_sum(acc0);
-          float v1 = warp_sum(acc1);
-          if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
-          if (lane == 0 && sh.part == 0) {
-            mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, j0 == first ? &first_residual : nullptr);
-          }
+          done.add(lane, warp_sum(acc0), warp_sum(acc1));
           acc0 = acc1 = 0.0f;
           c = 0;
           j0 += step_rows;
-          if (j0 < n) rope_cs = rope_pair_cos_sin(f, j0);
+          if (j0 >= n) break;  // the warp's last row: to its store without the slots' checks
         }
       }
     }
+    mv1_finish_rows(a, f, sh, done, part_sums, parity, j0, step_rows, x_scale, first_pass, first_pair);
   }
 }
 
@@ -1218,10 +1285,11 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   mv1_prefetch_norm_weight(a, f);
   pdl_wait();
   const float x_scale = mv1_stage_x_f32(a, f, xs, inv_rms, scratch);
-  const float2 first_residual = mv1_first_residual(a, f, first, lane == 0 && sh.part == 0);
+  const float2 first_pair = mv1_first_pair(a, f, sh, lane == 0 && sh.part == 0);
 
   int j0 = first, c = 0, parity = 0;
-  float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
+  Mv1Done done;
+  bool first_pass = true;
   float acc[kMvRowsPerWarp] = {0.0f, 0.0f};
   while (j0 < n) {
 #pragma unroll
@@ -1255,19 +1323,15 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
           }
         }
         if (++c == chunks) {
-          float v0 = warp_sum(acc[0]);
-          float v1 = warp_sum(acc[1]);
-          if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
-          if (lane == 0 && sh.part == 0) {
-            mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, j0 == first ? &first_residual : nullptr);
-          }
+          done.add(lane, warp_sum(acc[0]), warp_sum(acc[1]));
           acc[0] = acc[1] = 0.0f;
           c = 0;
           j0 += step_rows;
-          if (j0 < n) rope_cs = rope_pair_cos_sin(f, j0);
+          if (j0 >= n) break;  // the warp's last row: to its store without the slots' checks
         }
       }
     }
+    mv1_finish_rows(a, f, sh, done, part_sums, parity, j0, step_rows, x_scale, first_pass, first_pair);
   }
 }
 
