@@ -349,8 +349,10 @@ __device__ __forceinline__ bool rope_rotates(const ops::MatvecRope& r, int64_t j
   return j0 < (r.n_head + r.n_kv_head) * r.head_dim && j0 % r.head_dim < r.rotary_dims;
 }
 
-// cos and sin of the RoPE pair j0, j0 + 1, computed when a warp starts on its outputs so
-// that powf and sincosf overlap the weight loads instead of following the reduction.
+// cos and sin of the RoPE pair j0, j0 + 1. The mv1 kernels compute a warp's first pair's
+// when it starts on its outputs (mv1_first_pair), so that powf and sincosf overlap the
+// weight loads instead of following the reduction; a warp's later pairs (llama-1b's Q/K/V
+// has at most one per warp) follow it.
 __device__ __forceinline__ float2 rope_pair_cos_sin(const MvFusion& f, int64_t j0) {
   if (!f.rope || !rope_rotates(*f.rope, j0)) return make_float2(1.0f, 0.0f);
   const ops::MatvecRope& r = *f.rope;
@@ -591,15 +593,16 @@ __device__ __forceinline__ Mv1Chunks mv1_chunks(int all_chunks, const Mv1Shape& 
 constexpr int kMv1MaxSlots = 16;  // 512 threads
 constexpr int kMv1MaxParts = static_cast<int>(ops::kCudaMv1MaxParts);
 
-// Split K: parts 1..P-1 hand their row pair's two sums to part 0 of the same slot, which
-// adds them in part order. Slots alternate with the pair's parity: a part writes a slot
-// again only after the next barrier, which part 0 reaches after reading it.
+// Split K: parts 1..P-1 hand their row pair's two sums (held by lane `owner`) to part 0
+// of the same slot, whose lane `owner` adds them in part order. Slots alternate with the
+// pair's parity: a part writes a slot again only after the next barrier, which part 0
+// reaches after reading it.
 using Mv1PartSums = float2[kMv1MaxSlots][2][kMv1MaxParts - 1];
-__device__ __forceinline__ void mv1_add_parts(Mv1PartSums& sums, const Mv1Shape& s, int& parity, float& v0,
-                                              float& v1) {
-  if (s.part > 0 && s.lane == 0) sums[s.slot][parity][s.part - 1] = make_float2(v0, v1);
+__device__ __forceinline__ void mv1_add_parts(Mv1PartSums& sums, const Mv1Shape& s, int& parity, int owner,
+                                              float& v0, float& v1) {
+  if (s.part > 0 && s.lane == owner) sums[s.slot][parity][s.part - 1] = make_float2(v0, v1);
   asm volatile("bar.sync %0, %1;" ::"r"(1 + s.slot), "r"(32 * s.parts) : "memory");  // this slot's warps
-  if (s.part == 0) {
+  if (s.part == 0 && s.lane == owner) {
     for (int p = 1; p < s.parts; ++p) {
       const float2 other = sums[s.slot][parity][p - 1];
       v0 += other.x;
@@ -665,18 +668,7 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
                                                 int step, float x_scale, bool& first_pass, const float2& first) {
   if (sh.parts > 1) {
 #pragma unroll 1
-    for (int i = 0; i < done.count; ++i) {
-      if (sh.part > 0 && sh.lane == i) part_sums[sh.slot][parity][sh.part - 1] = make_float2(done.v0, done.v1);
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + sh.slot), "r"(32 * sh.parts) : "memory");  // this slot's warps
-      if (sh.part == 0 && sh.lane == i) {
-        for (int p = 1; p < sh.parts; ++p) {
-          const float2 other = part_sums[sh.slot][parity][p - 1];
-          done.v0 += other.x;
-          done.v1 += other.y;
-        }
-      }
-      parity ^= 1;
-    }
+    for (int i = 0; i < done.count; ++i) mv1_add_parts(part_sums, sh, parity, i, done.v0, done.v1);
   }
   if (sh.part == 0 && sh.lane < done.count) {
     const int j0 = next - (done.count - sh.lane) * step;
@@ -997,7 +989,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
       for (int offset = 8; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
       float v0 = acc;
       float v1 = __shfl_sync(0xffffffffu, acc, 16);
-      if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, v0, v1);
+      if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, 0, v0, v1);
       if (lane == 0 && sh.part == 0) {
         mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, j0 == first ? &first_residual : nullptr);
       }
