@@ -154,6 +154,7 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
   if (!on_cpu(backend())) {
     // One cluster of chunk blocks per query head; the partials never leave the cluster.
     args.chunks = ops::flash_decode_backend_chunks(true, params.n_head, ctx);
+    args.chunk_keys = ops::kCudaFlashDecodeChunkKeys;
     LaunchDims dims;
     dims.grid.x = static_cast<uint32_t>(args.chunks);
     dims.grid.y = static_cast<uint32_t>(params.n_head);

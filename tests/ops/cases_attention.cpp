@@ -170,9 +170,11 @@ ONEPASS_OP_CASES(attention) {
       for (int32_t hd : kHeadDims) {
         // The valid keys are shared among the chunks (flash_decode_chunks: 1 for ctx 5, 5
         // for ctx 300, 17 or more for ctx 4100): one chunk; 3 keys over 5 chunks (two of
-        // them empty); 7 keys; a full cache of 4097 keys.
-        for (auto [kv_length, ctx] :
-             {std::pair{1, 5}, std::pair{3, 300}, std::pair{7, 300}, std::pair{4097, 4100}}) {
+        // them empty); 7 keys; a full cache of 4097 keys. CUDA hands out at least
+        // kCudaFlashDecodeChunkKeys (64) keys per chunk: 64 keys in one block, 65 in two,
+        // 200 in four of the cluster's five.
+        for (auto [kv_length, ctx] : {std::pair{1, 5}, std::pair{3, 300}, std::pair{7, 300}, std::pair{64, 300},
+                                      std::pair{65, 300}, std::pair{200, 300}, std::pair{4097, 4100}}) {
           cases.push_back(
               {cat("flash_decode/", ct, "/", heads.name, "_hd", hd, "/kv", kv_length, "_ctx", ctx),
                [=](OpContext& c) { run_flash_decode(c, heads, hd, ctx, kv_length, cache_type); }});

@@ -58,6 +58,24 @@ inline size_t flash_decode_scratch_bytes(int64_t n_head, int64_t ctx, int64_t he
   return static_cast<size_t>(partials * (head_dim + 2)) * sizeof(float);
 }
 
+/// Fewest valid keys per chunk the CUDA cluster kernel hands out: with L valid keys only
+/// the first flash_decode_used_chunks(L, chunks, kCudaFlashDecodeChunkKeys) blocks of a
+/// head's cluster take keys and the rest exit at once, so that a short cache is attended
+/// by one block per head with no hand-off between blocks (the hand-off and its merge cost
+/// more than the few keys they spread).
+inline constexpr int64_t kCudaFlashDecodeChunkKeys = 64;
+
+/// Chunks that take keys when `length` keys are valid: one per `chunk_keys` keys (rounded
+/// up), at least one, at most `chunks`; every chunk when chunk_keys <= 0. (Host and device.)
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t flash_decode_used_chunks(int64_t length, int64_t chunks, int64_t chunk_keys) {
+  if (chunk_keys <= 0) return chunks;
+  const int64_t used = (length + chunk_keys - 1) / chunk_keys;
+  return used < 1 ? 1 : (used > chunks ? chunks : used);
+}
+
 /// Kernel sdpa_<C> for the cache type C in f32, f16, bf16; q and out are f32.
 /// q, out [tokens, n_head, head_dim]: rows (token, head) q_stride / out_stride elements
 /// apart. k, v [n_kv_head, ctx, head_dim]: rows (kv head, position) k_stride / v_stride
@@ -111,7 +129,7 @@ inline uint32_t flash_decode_cluster_shared_bytes(int64_t chunks, int64_t head_d
 }
 
 /// The dispatches of flash-decoding share this struct. With L = clamp(*kv_length, 0, ctx),
-/// chunk c of `chunks` covers keys
+/// chunk c of `chunks` (CUDA: of the used chunks, flash_decode_used_chunks) covers keys
 /// [flash_decode_chunk_begin(c, L, chunks), flash_decode_chunk_begin(c + 1, L, chunks)); its
 /// partial result is m = max of the scaled scores, l = sum exp(s - m), acc = sum
 /// exp(s - m) * v (a chunk with no valid key: m = -inf, l = 0, no acc). The output is
@@ -153,6 +171,8 @@ struct FlashDecodeArgs {
   /// DRAM traffic is small (GraphSession::flash_decode's prefetch_l2). 16-byte aligned.
   const void* prefetch;
   int64_t prefetch_bytes;
+  /// CUDA: fewest valid keys per chunk (flash_decode_used_chunks); 0 uses every chunk.
+  int64_t chunk_keys;
 };
 
 }  // namespace onepass::ops

@@ -512,8 +512,10 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 // Grid {chunks, n_head} in clusters of {chunks, 1, 1}: block = (chunk, query head), as
-// many chunks as a cluster holds (kCudaFlashDecodeClusterMax). Each block attends over its
-// chunk of the valid keys and stores its partial (acc, m, l) straight into slot `chunk` of
+// many chunks as a cluster holds (kCudaFlashDecodeClusterMax). The valid keys are shared
+// among the first flash_decode_used_chunks blocks (at least a.chunk_keys each; the others
+// exit at once); with one such block it writes the head's output alone. Otherwise each
+// block with keys attends over its chunk of the valid keys and stores its partial (acc, m, l) straight into slot `chunk` of
 // the cluster's first block's dynamic shared memory (distributed shared memory) with
 // asynchronous stores that complete the first block's transaction barrier; once all the
 // bytes have landed, the first block merges the slots from its own shared memory and
@@ -551,20 +553,26 @@ __global__ void __launch_bounds__(kMaxThreads)
   const bool fits = a.head_dim <= kMaxHeadDim;
   const int64_t slot_dims = fits ? a.head_dim : 0;  // a NaN head keeps only m and l
   const int64_t slot_floats = slot_dims + 2;
-  if (chunk == 0 && threadIdx.x == 0) {
-    ptx::mbarrier_init_for_receive(ptx::smem_addr(&slots_full));
-    ptx::mbarrier_expect_bytes(ptx::smem_addr(&slots_full), static_cast<uint32_t>((a.chunks - 1) * slot_floats * 4));
-  }
-  // Every block must have started (and the first block's barrier be initialised) before
-  // another stores into its shared memory: arrive now, wait just before the stores (long
-  // since complete by then).
-  cluster.barrier_arrive();
   // kv_length is written before the pass, never by the predecessor (an early read, see
   // the op): the key range is known before the wait, and the K/V copies start right after it.
   const int32_t valid = *a.kv_length;
   const int64_t length = valid < 0 ? 0 : (valid > a.ctx ? a.ctx : valid);
-  const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, a.chunks);
-  const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, a.chunks);
+  // Only the first `used` blocks take keys (at least a.chunk_keys each); with one, the
+  // first block writes the head's output itself and no block hands anything over. H200
+  // decode after 16 tokens, side by side (smollm2 / llama-1b q4_0 / q8_0 / f16): every
+  // chunk 2374 / 2072 / 1661 / 1282, at least 64 keys 2381 / 2090 / 1669 / 1281 (32: 2369 /
+  // 2078 / 1662 / 1281, 128: 2325 / 2068 / 1651 / 1273).
+  const int64_t used = ops::flash_decode_used_chunks(length, a.chunks, a.chunk_keys);
+  const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, used);
+  const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, used);
+  if (chunk == 0 && threadIdx.x == 0 && used > 1) {
+    ptx::mbarrier_init_for_receive(ptx::smem_addr(&slots_full));
+    ptx::mbarrier_expect_bytes(ptx::smem_addr(&slots_full), static_cast<uint32_t>((used - 1) * slot_floats * 4));
+  }
+  // Every block must have started (and the first block's barrier be initialised) before
+  // another stores into its shared memory: arrive now, wait just before the stores (long
+  // since complete by then). A block without keys arrives too, then leaves.
+  cluster.barrier_arrive();
   // The head's cache rows and the lanes' layout come from the arguments alone: computed
   // before the wait, off the critical path (~350 instructions, divisions among them, lay
   // between the wait and the first K/V copy; now ~80). H200 decode after 16 tokens,
@@ -575,14 +583,23 @@ __global__ void __launch_bounds__(kMaxThreads)
   AttendPlan<C> plan;
   plan.make(k, v, a.k_stride, a.v_stride, a.head_dim);
   prefetch_share(a);
+  if (chunk >= used) return;  // no keys: nothing to hand over
   pdl_wait();
-  // Every thread of every block reaches both barriers (no early return).
+  // Every thread of a block with keys reaches its barriers (no early return).
   float max = -INFINITY;
   float total = 0.0f;  // 0: no valid key, an empty partial whose acc is never read
   float weight[kMaxWarps];
   if (begin < end && fits) {
     plan.run(a.q + head * a.q_stride, k, v, a.k_stride, a.v_stride, begin, end, a.scale, a.head_dim, sh);
     total = warp_weights(sh, max, weight);
+  }
+  float* out = a.out + head * a.out_stride;
+  if (used == 1) {
+    // The whole head in this block: its warps' merge is the output.
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
+      out[d] = !fits ? __int_as_float(0x7fc00000) : total > 0.0f ? merged_acc(sh, weight, d) * inv : 0.0f;
+    return;
   }
   cluster.barrier_wait();
   if (chunk != 0) {
@@ -619,7 +636,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   // publishing it through shared memory behind a barrier: H100 decode after 16 tokens
   // smollm2 2055 -> 2090 (+1.6%), llama-1b q8_0 1400 -> 1426, q4_0 1770 -> 1760, f16 998.)
   constexpr int kMaxChunks = static_cast<int>(ops::kCudaFlashDecodeClusterMax);
-  const int chunks = static_cast<int>(a.chunks);
+  const int chunks = static_cast<int>(used);
   float chunk_m[kMaxChunks];
   float chunk_l[kMaxChunks];
   float m_all = -INFINITY;
@@ -637,7 +654,6 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (chunk_l[c] > 0.0f) sum = fmaf(chunk_l[c], chunk_weight[c], sum);
   }
   const float inv = 1.0f / sum;
-  float* out = a.out + head * a.out_stride;
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float value = 0.0f;
 #pragma unroll
