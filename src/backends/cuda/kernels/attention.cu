@@ -170,22 +170,25 @@ struct WarpAttention {
   // larger and the decode step slower (H200, short decode: smollm2 2181 -> 2226 without
   // it, llama-1b q4_0 1944 -> 1970): the chain pays for instruction fetch.
   __device__ __forceinline__ void fold(const uint4* ring_k, const uint4* ring_v, int count, float scale) {
-    const int base = group * vecs + sub;  // this lane's word of key t: base + t * step
+    // This lane's word of key t: base + t * step. An idle lane (sub >= vecs) reads its
+    // group's first word instead and discards what it computes. No branch in here: the
+    // four keys' loads and sums interleave (as branches, each key's load and chain of
+    // FMAs waited for the previous key's: a stage took ~0.8 us on an H200).
+    const int base = group * vecs + (active ? sub : 0);
     const int step = groups * vecs;
     bool valid[kMaxKeysPerGroup];
     float part[kMaxKeysPerGroup];  // this lane's share of q . k for each of the keys
 #pragma unroll
     for (int t = 0; t < kMaxKeysPerGroup; ++t) {
       valid[t] = group + t * groups < count;
-      part[t] = 0.0f;
       // Words of keys past `count` still lie inside the slot (stage_keys * vecs <= 128
       // words): reading them is safe, and their dot products are discarded below.
-      if (active) {
-        float kf[kVec];
-        Vec::convert(ring_k[base + t * step], kf);
+      float kf[kVec];
+      Vec::convert(ring_k[base + t * step], kf);
+      float dot = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) part[t] = fmaf(q[e], kf[e], part[t]);
-      }
+      for (int e = 0; e < kVec; ++e) dot = fmaf(q[e], kf[e], dot);
+      part[t] = active ? dot : 0.0f;  // a select: stale words may hold NaN
     }
     float p[kMaxKeysPerGroup];  // exp(score - m) of each key (0 when not valid)
     if (lanes >= 4) {
@@ -210,8 +213,9 @@ struct WarpAttention {
                                         : valid[3];
       const float score = own_valid ? dot * scale : -INFINITY;
       rescale_to(warp_max(score));
-      // One exp per lane, then each key's weight from a lane that owns it.
-      const float mine = own_valid ? expf(score - m) : 0.0f;
+      // One exp per lane, then each key's weight from a lane that owns it. m is finite
+      // (the stage has a key): an invalid key's exp(-inf) is 0, with no branch.
+      const float mine = expf(score - m);
       const int first_lane = group * lanes;
 #pragma unroll
       for (int t = 0; t < kMaxKeysPerGroup; ++t) {
@@ -230,20 +234,19 @@ struct WarpAttention {
       }
       rescale_to(warp_max(local_max));
 #pragma unroll
-      for (int t = 0; t < kMaxKeysPerGroup; ++t) p[t] = valid[t] ? expf(score[t] - m) : 0.0f;
+      for (int t = 0; t < kMaxKeysPerGroup; ++t) p[t] = expf(score[t] - m);  // 0 for invalid keys
     }
 #pragma unroll
     for (int t = 0; t < kMaxKeysPerGroup; ++t) {
-      // Never touch the V words of invalid keys: 0 * (stale NaN) would poison acc.
-      if (valid[t]) {
-        l += p[t];
-        if (active) {
-          float vf[kVec];
-          Vec::convert(ring_v[base + t * step], vf);
+      l += p[t];  // p = 0 for an invalid key
+      // The V words of invalid keys (and of idle lanes) are replaced by zeros, not
+      // multiplied by p = 0: 0 * (stale NaN) would poison acc.
+      uint4 word = ring_v[base + t * step];
+      if (!(valid[t] && active)) word = make_uint4(0u, 0u, 0u, 0u);
+      float vf[kVec];
+      Vec::convert(word, vf);
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) acc[e] = fmaf(p[t], vf[e], acc[e]);
-        }
-      }
+      for (int e = 0; e < kVec; ++e) acc[e] = fmaf(p[t], vf[e], acc[e]);
     }
   }
 
