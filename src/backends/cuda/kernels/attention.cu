@@ -452,18 +452,22 @@ __device__ __forceinline__ float warp_weights(AttentionShared& sh, float& max_ou
                                               float (&weight)[kMaxWarps]) {
   const int warps = static_cast<int>(blockDim.x) >> 5;
   float max = -INFINITY;
+  bool seen[kMaxWarps];
+  float m[kMaxWarps];
+  float l[kMaxWarps];
 #pragma unroll
   for (int w = 0; w < kMaxWarps; ++w) {
-    if (w < warps && sh.state(w)[1] > 0.0f) max = fmaxf(max, sh.state(w)[0]);
+    m[w] = sh.state(w)[0];  // a warp past `warps` has a region too: a harmless read
+    l[w] = sh.state(w)[1];
+    seen[w] = w < warps && l[w] > 0.0f;
+    if (seen[w]) max = fmaxf(max, m[w]);
   }
+  // Selects, not branches: the exps of the warps run side by side (exp(-inf) = 0).
   float total = 0.0f;
 #pragma unroll
   for (int w = 0; w < kMaxWarps; ++w) {
-    weight[w] = 0.0f;
-    if (w < warps && sh.state(w)[1] > 0.0f) {
-      weight[w] = expf(sh.state(w)[0] - max);
-      total += sh.state(w)[1] * weight[w];
-    }
+    weight[w] = expf(seen[w] ? m[w] - max : -INFINITY);
+    total += (seen[w] ? l[w] : 0.0f) * weight[w];
   }
   max_out = max;
   return total;
@@ -475,7 +479,9 @@ __device__ __forceinline__ float merged_acc(AttentionShared& sh, const float (&w
   float value = 0.0f;
 #pragma unroll
   for (int w = 0; w < kMaxWarps; ++w) {
-    if (weight[w] != 0.0f) value = fmaf(sh.acc(w)[d], weight[w], value);
+    // acc of a warp with no key was never written (it may hold NaN): selected away.
+    const float acc = sh.acc(w)[d];
+    value = fmaf(weight[w] != 0.0f ? acc : 0.0f, weight[w], value);
   }
   return value;
 }
