@@ -486,6 +486,15 @@ __device__ __forceinline__ float merged_acc(AttentionShared& sh, const float (&w
   return value;
 }
 
+// out[d] for d < head_dim: the block's warps' states merged and normalised; zeros when no
+// warp saw a key (total = 0: then `weight` is not read).
+__device__ __forceinline__ void store_merged(float* out, int64_t head_dim, AttentionShared& sh,
+                                             const float (&weight)[kMaxWarps], float total) {
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x)
+    out[d] = total > 0.0f ? merged_acc(sh, weight, d) * inv : 0.0f;
+}
+
 // Grid {n_head, tokens}: block = (query head, token), keys 0..min(position, ctx - 1).
 template <DType C>
 __global__ void __launch_bounds__(kMaxThreads)
@@ -514,21 +523,18 @@ __global__ void __launch_bounds__(kMaxThreads)
   float max;
   float weight[kMaxWarps];
   const float total = warp_weights(sh, max, weight);
-  // No key (count = 0): every weight is 0 and the row comes out as zeros.
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
-    out[d] = merged_acc(sh, weight, d) * inv;
+  store_merged(out, a.head_dim, sh, weight, total);  // no key (count = 0): zeros
 }
 
 // Grid {chunks, n_head} in clusters of {chunks, 1, 1}: block = (chunk, query head), as
 // many chunks as a cluster holds (kCudaFlashDecodeClusterMax). The valid keys are shared
 // among the first flash_decode_used_chunks blocks (at least a.chunk_keys each; the others
 // exit at once); with one such block it writes the head's output alone. Otherwise each
-// block with keys attends over its chunk of the valid keys and stores its partial (acc, m, l) straight into slot `chunk` of
-// the cluster's first block's dynamic shared memory (distributed shared memory) with
-// asynchronous stores that complete the first block's transaction barrier; once all the
-// bytes have landed, the first block merges the slots from its own shared memory and
-// writes the head's output. No partial goes through global memory, no merge kernel
+// block with keys attends over its chunk of the valid keys and stores its partial (acc, m,
+// l) straight into slot `chunk` of the cluster's first block's dynamic shared memory
+// (distributed shared memory) with asynchronous stores that complete the first block's
+// transaction barrier; once all the bytes have landed, the first block merges the slots
+// from its own shared memory and writes the head's output. No partial goes through global memory, no merge kernel
 // follows, and no block but the first waits for another.
 // This block's share of the L2 prefetch (FlashDecodeArgs::prefetch): bulk requests of 4 KB,
 // one per thread in turn, fire and forget. Issued before the PDL wait (the data is
@@ -604,10 +610,13 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   float* out = a.out + head * a.out_stride;
   if (used == 1) {
-    // The whole head in this block: its warps' merge is the output.
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-    for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
-      out[d] = !fits ? __int_as_float(0x7fc00000) : total > 0.0f ? merged_acc(sh, weight, d) * inv : 0.0f;
+    // The whole head in this block: its warps' merge is the output (a head longer than the
+    // shared buffers: NaN, not silence).
+    if (fits) {
+      store_merged(out, a.head_dim, sh, weight, total);
+    } else {
+      for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
+    }
     return;
   }
   cluster.barrier_wait();
