@@ -1,5 +1,6 @@
-// MEASUREMENT BUILD ONLY (not committed): %globaltimer stamps of every block of the decode
-// kernels into a device ring, dumped by the bench tool (ONEPASS_TRACE=dir).
+// Timeline build only (bench/measure/README.md): %globaltimer stamps of every block of the
+// decode kernels into a device ring, dumped by the bench tool (ONEPASS_TRACE=dir). Copied
+// into src/backends/cuda/kernels/ for that build, never part of the library.
 #pragma once
 #include <cstdint>
 #include <cstdio>

@@ -1,4 +1,5 @@
-// Microbenchmark (bench/measure, built by hand: nvcc -O3 -arch=sm_90a pdl_chain.cu): a chain of small dependent kernels in a CUDA graph, ordered by
+// Microbenchmark (built by hand, see bench/measure/README.md): a chain of small dependent
+// kernels in a CUDA graph, ordered by
 // (0) plain stream order, (1) PDL + griddepcontrol.wait, (2) PDL + a per-kernel completion
 // counter (blocks signal with a release add, consumers poll with acquire loads).
 // Each kernel: every block reads the whole 576-float x (written by its predecessor),
