@@ -349,10 +349,8 @@ __device__ __forceinline__ bool rope_rotates(const ops::MatvecRope& r, int64_t j
   return j0 < (r.n_head + r.n_kv_head) * r.head_dim && j0 % r.head_dim < r.rotary_dims;
 }
 
-// cos and sin of the RoPE pair j0, j0 + 1. The mv1 kernels compute a warp's first pair's
-// when it starts on its outputs (mv1_first_pair), so that powf and sincosf overlap the
-// weight loads instead of following the reduction; a warp's later pairs (llama-1b's Q/K/V
-// has at most one per warp) follow it.
+// cos and sin of the RoPE pair j0, j0 + 1, computed at the pair's store (a warp's first
+// pair reads its position from a shared slot: mv1_first_pair).
 __device__ __forceinline__ float2 rope_pair_cos_sin(const MvFusion& f, int64_t j0) {
   if (!f.rope || !rope_rotates(*f.rope, j0)) return make_float2(1.0f, 0.0f);
   const ops::MatvecRope& r = *f.rope;
@@ -392,11 +390,12 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
 // The fused epilogue of row m of x, run by one lane with the warp's two sums: out[m, j]
 // (+ residual), or silu(gate) * up, or RoPE and the KV-cache writes.
 __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, int64_t j0,
-                                             float v0, float v1, float2 rope_cs, const float2* residual = nullptr) {
+                                             float v0, float v1, float2 rope_cs, float2 residual_pair = {},
+                                             bool have_pair = false) {
   if (f.silu) {
     if (j0 >= a.n) return;
     float v = v0 / (1.0f + __expf(-v0)) * v1;
-    if (f.residual) v += residual ? residual->x : f.residual[m * f.residual_stride + j0];
+    if (f.residual) v += have_pair ? residual_pair.x : f.residual[m * f.residual_stride + j0];
     a.out[m * a.out_stride + j0] = v;
   } else if (f.rope) {
     mv_store_rope(a, *f.rope, j0, v0, v1, rope_cs);
@@ -406,7 +405,7 @@ __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvF
       const int64_t j = j0 + r;
       if (j >= a.n) continue;
       float v = r == 0 ? v0 : v1;
-      if (f.residual) v += residual ? (r == 0 ? residual->x : residual->y) : f.residual[m * f.residual_stride + j];
+      if (f.residual) v += have_pair ? (r == 0 ? residual_pair.x : residual_pair.y) : f.residual[m * f.residual_stride + j];
       a.out[m * a.out_stride + j] = v;
     }
   }
@@ -659,13 +658,61 @@ struct Mv1Done {
   }
 };
 
+// What the epilogue of a warp's first row pair reads from memory (its residual, or for a
+// Q/K/V product with RoPE folded in the token's position) is copied by cp.async into the
+// warp's shared slot once x is staged (by the storer, lane 0 of part 0), so that the copy
+// overlaps the sums and no register holds it meanwhile; the storer waits for it at its
+// first store, where RoPE's powf and sincosf run. Before, the pair was loaded (and its
+// cos / sin computed) into registers after the staging, and ptxas kept them in local
+// memory: the store there waited for the residual's L2 round trip, and powf and sincosf
+// ran there, all before the warp's first dot product (timeline, smollm2 q4_1 on an H200:
+// 0.42 us from x staged to the first weight stage in the O and down products, 0.96 us in
+// Q/K/V). H200 decode after 16 tokens, side by side (smollm2 / llama-1b q4_0 / q8_0 / f16):
+// 2425 / 2104 / 1673 / 1277 -> 2471 / 2104 / 1713 / 1275. RoPE's inverse frequency taken
+// before the PDL wait instead measured 2497 / 2088 / 1691 / 1227: a product after one that
+// fills the SMs (llama-1b's down) cannot start early, so its pre-wait work is on the chain.
+using Mv1FirstSlots = float2[kMv1MaxSlots];
+
+// The storer's copy request, after x is staged: slot.y = the position, or slot = the
+// residual pair. The warp's first output is computed again from %ctaid.x (volatile: not
+// merged with the kernel's first reading), so that no register holds it through the x
+// staging (ptxas kept it in local memory, reloaded here).
+__device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a, const MvFusion& f,
+                                                       const Mv1Shape& sh, float2& slot) {
+  if (sh.lane != 0 || sh.part != 0 || (f.rope == nullptr && f.residual == nullptr)) return;
+  uint32_t block;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));
+  const int first = (static_cast<int>(block) * sh.slots + sh.slot) * (f.silu ? 1 : kMvRowsPerWarp);
+  if (first >= a.n) return;
+  const uint32_t at = ptx::smem_addr(&slot);
+  if (f.rope != nullptr) {
+    ptx::cp_async4(at + 4, f.rope->positions);
+  } else {
+    ptx::cp_async4(at, f.residual + first);
+    if (!f.silu && first + 1 < a.n) ptx::cp_async4(at + 4, f.residual + first + 1);
+  }
+  ptx::cp_async_commit();
+}
+
+// At the storer's first store (j0: the warp's first output): RoPE's cos / sin of the pair,
+// or its residual.
+__device__ __forceinline__ float2 mv1_first_pair(const MvFusion& f, int64_t j0, const float2& slot) {
+  ptx::cp_async_wait<0>();
+  const float2 v = slot;
+  if (f.rope == nullptr) return v;
+  const ops::MatvecRope& r = *f.rope;
+  if (!rope_rotates(r, j0)) return make_float2(1.0f, 0.0f);
+  const float inv_freq = rope_inv_freq(j0 % r.head_dim / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors);
+  return rope_cos_sin_at(__float_as_int(v.y), inv_freq);
+}
+
 // The finished rows: lane i of part 0 stores the pass's i-th row (the warp's outputs
 // next - count * step ... next - step, in order), after the other parts' sums are added
 // (split K: one barrier per row, as the parts' rows may finish in different passes).
-// first: mv1_first_pair of the warp's first row pair, for lane 0 of the first pass.
+// first_slot: the warp's Mv1FirstSlots entry, read by lane 0 in the first pass.
 __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const MvFusion& f, const Mv1Shape& sh,
                                                 Mv1Done& done, Mv1PartSums& part_sums, int& parity, int next,
-                                                int step, float x_scale, bool& first_pass, const float2& first) {
+                                                int step, float x_scale, bool& first_pass, const float2& first_slot) {
   if (sh.parts > 1) {
 #pragma unroll 1
     for (int i = 0; i < done.count; ++i) mv1_add_parts(part_sums, sh, parity, i, done.v0, done.v1);
@@ -673,26 +720,12 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
   if (sh.part == 0 && sh.lane < done.count) {
     const int j0 = next - (done.count - sh.lane) * step;
     const bool is_first = first_pass && sh.lane == 0;
+    const float2 pair = is_first ? mv1_first_pair(f, j0, first_slot) : make_float2(1.0f, 0.0f);
     mv_store_row(a, f, 0, j0, done.v0 * x_scale, done.v1 * x_scale,
-                 is_first && f.rope ? first : rope_pair_cos_sin(f, j0), is_first ? &first : nullptr);
+                 is_first && f.rope ? pair : rope_pair_cos_sin(f, j0), pair, is_first);
   }
   if (done.count > 0) first_pass = false;
   done.count = 0;
-}
-
-// What the epilogue of a warp's first row pair needs, requested once x is staged so that
-// its latency overlaps the sums: RoPE's cos / sin of the pair for a Q/K/V product with RoPE
-// folded in (no residual there), else its residual (mv1_first_residual). One register pair
-// for both: the ring loop has no register to spare. The warp's first output is computed
-// again from %ctaid.x (volatile: not merged with the kernel's first reading), so that no
-// register holds it through the x staging (ptxas spilled it for q8_0).
-__device__ __forceinline__ float2 mv1_first_pair(const ops::MatmulArgs& a, const MvFusion& f, const Mv1Shape& sh,
-                                                 bool storer) {
-  uint32_t block;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));
-  const int first = (static_cast<int>(block) * sh.slots + sh.slot) * (f.silu ? 1 : kMvRowsPerWarp);
-  if (f.rope) return first < a.n ? rope_pair_cos_sin(f, first) : make_float2(1.0f, 0.0f);
-  return mv1_first_residual(a, f, first, storer);
 }
 
 // Weight items (chunks of a warp's row pair) in flight per warp in mv1_quant_body: four
@@ -722,6 +755,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
   __shared__ Mv1PartSums part_sums;
+  __shared__ Mv1FirstSlots first_slots;
   const int64_t xq_bytes = (a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
   const Mv1Shape sh = mv1_shape();
@@ -770,7 +804,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   const Mv1XPath x_path = mv1_x_path(a, f);
   pdl_wait();
   const float x_scale = mv1_quantize_x(a, f, x_path, inv_rms, scratch, xs);
-  const float2 first_pair = mv1_first_pair(a, f, sh, lane == 0 && sh.part == 0);
+  mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
 
   int j0 = first, c = 0, parity = 0;
   Mv1Done done;
@@ -815,7 +849,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
         }
       }
     }
-    mv1_finish_rows(a, f, sh, done, part_sums, parity, j0, step_rows, x_scale, first_pass, first_pair);
+    mv1_finish_rows(a, f, sh, done, part_sums, parity, j0, step_rows, x_scale, first_pass, first_slots[sh.slot]);
   }
 }
 
@@ -991,7 +1025,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
       float v1 = __shfl_sync(0xffffffffu, acc, 16);
       if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, 0, v0, v1);
       if (lane == 0 && sh.part == 0) {
-        mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, j0 == first ? &first_residual : nullptr);
+        mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, first_residual, j0 == first);
       }
       acc = 0.0f;
       c = 0;
@@ -1092,8 +1126,8 @@ __device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const M
     const float second = __shfl_down_sync(0xffffffffu, acc, kShortLanesPerRow);  // the pair's other row
     const int jp = j0 + (row >> 1) * per;
     if (storer && jp < n) {
-      mv_store_row(a, f, 0, jp, acc * x_scale, second * x_scale, rope_pair_cos_sin(f, jp),
-                   j0 == first ? &first_residual : nullptr);
+      mv_store_row(a, f, 0, jp, acc * x_scale, second * x_scale, rope_pair_cos_sin(f, jp), first_residual,
+                   j0 == first);
     }
     j0 += step_rows;
   }
@@ -1282,6 +1316,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   __shared__ float inv_rms[kMvMaxRows];
   __shared__ float scratch[32];
   __shared__ Mv1PartSums part_sums;
+  __shared__ Mv1FirstSlots first_slots;
   float* xs = reinterpret_cast<float*>(smem);  // [K]
   const Mv1Shape sh = mv1_shape();
   const int lane = sh.lane;
@@ -1321,7 +1356,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   const Mv1XPath x_path = mv1_x_path(a, f);
   pdl_wait();
   const float x_scale = mv1_stage_x_f32(a, f, x_path, xs, inv_rms, scratch);
-  const float2 first_pair = mv1_first_pair(a, f, sh, lane == 0 && sh.part == 0);
+  mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
 
   int j0 = first, c = 0, parity = 0;
   Mv1Done done;
@@ -1367,7 +1402,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
         }
       }
     }
-    mv1_finish_rows(a, f, sh, done, part_sums, parity, j0, step_rows, x_scale, first_pass, first_pair);
+    mv1_finish_rows(a, f, sh, done, part_sums, parity, j0, step_rows, x_scale, first_pass, first_slots[sh.slot]);
   }
 }
 
