@@ -343,39 +343,34 @@ __device__ __forceinline__ void store_cache_pair(void* cache, int64_t at, float 
   c[1] = Elem<C>::store(y1);
 }
 
-// Whether outputs j0, j0 + 1 of a Q/K/V product with rope_kv_write folded in are a RoPE
-// pair (of a q or k head, within the rotary dimensions).
-__device__ __forceinline__ bool rope_rotates(const ops::MatvecRope& r, int64_t j0) {
-  return j0 < (r.n_head + r.n_kv_head) * r.head_dim && j0 % r.head_dim < r.rotary_dims;
-}
-
-// cos and sin of the RoPE pair j0, j0 + 1, computed at the pair's store (a warp's first
-// pair reads its position from a shared slot: mv1_first_pair).
-__device__ __forceinline__ float2 rope_pair_cos_sin(const MvFusion& f, int64_t j0) {
-  if (!f.rope || !rope_rotates(*f.rope, j0)) return make_float2(1.0f, 0.0f);
-  const ops::MatvecRope& r = *f.rope;
-  return rope_cos_sin(*r.positions, j0 % r.head_dim / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors);
-}
+// The token's position for the RoPE epilogue of a pair (0 without RoPE), read from memory
+// once per pair; a warp's first pair takes it from its shared slot (mv1_first_pair).
+__device__ __forceinline__ int32_t rope_position(const MvFusion& f) { return f.rope ? *f.rope->positions : 0; }
 
 // The epilogue of a one-token Q/K/V product with rope_kv_write folded in (MatvecRope):
 // outputs j0 and j0 + 1 (j0 even) are one RoPE pair of a q or k head, or two values of a
 // v head. out ends as the unfused sequence leaves it (q rotated in place, k and v as
-// computed); rotated k and v go to the caches at the token's position. cs: the pair's
-// rope_pair_cos_sin.
+// computed); rotated k and v go to the caches at the token's position. The pair's head
+// and offset come from one 32-bit division (j0 < n fits; the 64-bit remainders and
+// quotients this took before are ~100-instruction subroutines each, on every warp's last
+// store), and its cos and sin are computed here, after the warp's sums.
 __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const ops::MatvecRope& r, int64_t j0, float v0,
-                                              float v1, float2 cs) {
-  const int64_t q_dim = r.n_head * r.head_dim;
-  const int64_t k_end = q_dim + r.n_kv_head * r.head_dim;
-  const int64_t d = j0 % r.head_dim;
-  const int32_t position = *r.positions;
+                                              float v1, int32_t position) {
+  const uint32_t head_dim = static_cast<uint32_t>(r.head_dim);
+  const uint32_t index = static_cast<uint32_t>(j0) / head_dim;  // head of [q | k | v]
+  const uint32_t d = static_cast<uint32_t>(j0) - index * head_dim;
+  const uint32_t n_head = static_cast<uint32_t>(r.n_head);
+  const uint32_t kv_end = n_head + static_cast<uint32_t>(r.n_kv_head);  // first v head
   float y0 = v0, y1 = v1;
-  if (rope_rotates(r, j0)) rope_apply(v0, v1, cs, y0, y1);
-  const bool is_q = j0 < q_dim;
+  if (index < kv_end && d < static_cast<uint32_t>(r.rotary_dims)) {
+    rope_apply(v0, v1, rope_cos_sin(position, d / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors), y0, y1);
+  }
+  const bool is_q = index < n_head;
   a.out[j0] = is_q ? y0 : v0;
   a.out[j0 + 1] = is_q ? y1 : v1;
   if (is_q || position < 0 || position >= r.ctx) return;  // device data: never write outside
-  const bool is_k = j0 < k_end;
-  const int64_t head = (j0 - (is_k ? q_dim : k_end)) / r.head_dim;
+  const bool is_k = index < kv_end;
+  const int64_t head = index - (is_k ? n_head : kv_end);
   void* cache = is_k ? r.k_cache : r.v_cache;
   const int64_t at = (head * r.ctx + position) * r.head_dim + d;
   if (r.cache_type == DType::f16) {
@@ -390,7 +385,7 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
 // The fused epilogue of row m of x, run by one lane with the warp's two sums: out[m, j]
 // (+ residual), or silu(gate) * up, or RoPE and the KV-cache writes.
 __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, int64_t j0,
-                                             float v0, float v1, float2 rope_cs, float2 residual_pair = {},
+                                             float v0, float v1, int32_t rope_at, float2 residual_pair = {},
                                              bool have_pair = false) {
   if (f.silu) {
     if (j0 >= a.n) return;
@@ -398,7 +393,7 @@ __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvF
     if (f.residual) v += have_pair ? residual_pair.x : f.residual[m * f.residual_stride + j0];
     a.out[m * a.out_stride + j0] = v;
   } else if (f.rope) {
-    mv_store_rope(a, *f.rope, j0, v0, v1, rope_cs);
+    mv_store_rope(a, *f.rope, j0, v0, v1, rope_at);
   } else {
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) {
@@ -413,14 +408,14 @@ __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvF
 
 // Warp sums and the fused epilogue of every row of x.
 __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0,
-                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp], float2 rope_cs) {
+                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp], int32_t rope_at) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int m = 0; m < kMvMaxRows; ++m) {
     if (m >= a.m) break;
     const float v0 = warp_sum(acc[m][0]);
     const float v1 = warp_sum(acc[m][1]);
-    if (lane == 0) mv_store_row(a, f, m, j0, v0, v1, rope_cs);
+    if (lane == 0) mv_store_row(a, f, m, j0, v0, v1, rope_at);
   }
 }
 
@@ -500,7 +495,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   __syncthreads();
 
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
-    const float2 rope_cs = rope_pair_cos_sin(f, j0);
+    const int32_t rope_cs = rope_position(f);
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -696,14 +691,9 @@ __device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a,
 
 // At the storer's first store (j0: the warp's first output): RoPE's cos / sin of the pair,
 // or its residual.
-__device__ __forceinline__ float2 mv1_first_pair(const MvFusion& f, int64_t j0, const float2& slot) {
+__device__ __forceinline__ float2 mv1_first_pair(const float2& slot) {
   ptx::cp_async_wait<0>();
-  const float2 v = slot;
-  if (f.rope == nullptr) return v;
-  const ops::MatvecRope& r = *f.rope;
-  if (!rope_rotates(r, j0)) return make_float2(1.0f, 0.0f);
-  const float inv_freq = rope_inv_freq(j0 % r.head_dim / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors);
-  return rope_cos_sin_at(__float_as_int(v.y), inv_freq);
+  return slot;
 }
 
 // The finished rows: lane i of part 0 stores the pass's i-th row (the warp's outputs
@@ -720,9 +710,9 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
   if (sh.part == 0 && sh.lane < done.count) {
     const int j0 = next - (done.count - sh.lane) * step;
     const bool is_first = first_pass && sh.lane == 0;
-    const float2 pair = is_first ? mv1_first_pair(f, j0, first_slot) : make_float2(1.0f, 0.0f);
+    const float2 pair = is_first ? mv1_first_pair(first_slot) : make_float2(1.0f, 0.0f);
     mv_store_row(a, f, 0, j0, done.v0 * x_scale, done.v1 * x_scale,
-                 is_first && f.rope ? pair : rope_pair_cos_sin(f, j0), pair, is_first);
+                 is_first && f.rope ? __float_as_int(pair.y) : rope_position(f), pair, is_first);
   }
   if (done.count > 0) first_pass = false;
   done.count = 0;
@@ -1003,7 +993,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
     x_chunk = chunk;
   };
   int j0 = first, c = 0, parity = 0;
-  float2 rope_cs = j0 < n ? rope_pair_cos_sin(f, j0) : make_float2(1.0f, 0.0f);
+  int32_t rope_cs = rope_position(f);
   float acc = 0.0f;
   for (int slot = 0; j0 < n; slot = slot == kQ6Stages - 1 ? 0 : slot + 1) {
     issue_next(slot == 0 ? kQ6Stages - 1 : slot - 1);  // the slot computed last
@@ -1030,7 +1020,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
       acc = 0.0f;
       c = 0;
       j0 += step_rows;
-      if (j0 < n) rope_cs = rope_pair_cos_sin(f, j0);
+      if (j0 < n) rope_cs = rope_position(f);
     }
   }
   ptx::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last item are empty)
@@ -1126,7 +1116,7 @@ __device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const M
     const float second = __shfl_down_sync(0xffffffffu, acc, kShortLanesPerRow);  // the pair's other row
     const int jp = j0 + (row >> 1) * per;
     if (storer && jp < n) {
-      mv_store_row(a, f, 0, jp, acc * x_scale, second * x_scale, rope_pair_cos_sin(f, jp), first_residual,
+      mv_store_row(a, f, 0, jp, acc * x_scale, second * x_scale, rope_position(f), first_residual,
                    j0 == first);
     }
     j0 += step_rows;
@@ -1235,7 +1225,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   pdl_wait();
   stage_x_f32(a, f, xs, inv_rms, scratch);
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
-    const float2 rope_cs = rope_pair_cos_sin(f, j0);
+    const int32_t rope_cs = rope_position(f);
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
