@@ -59,7 +59,12 @@ LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms
   return dims;
 }
 
-LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms) {
+bool cuda_mv1_bulk(DType w, int64_t n, int64_t k, int64_t row_bytes, uint64_t address) {
+  return (w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0) && !cuda_mv1_short_rows(w, n, k) &&
+         k >= kCudaMv1BulkMinK && row_bytes % 16 == 0 && address % 16 == 0;
+}
+
+LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms, bool bulk) {
   const bool quantized = dtype_is_quantized(w);
   sms = std::max(1, sms);
   // 1024-value chunks per row: a warp's unit of loading (32 lanes x 32 values, or 64
@@ -71,6 +76,7 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
   // Blocks of 8 warps, 2 per SM: fewer, larger blocks than the general mv kernels' 4 x
   // 4 (x is staged once per block; measured 1-3% faster on the reference models, where
   // a second wave of blocks or 16-warp blocks for every product lost).
+  constexpr int64_t kMv1BulkSlots = 16;
   int64_t slots = 8, parts = 1, blocks_per_sm = 2;
   // Products with few row pairs and long rows (llama-1b's O and down) split K in two
   // between the warps of a slot, in 16-warp blocks, 1 per SM: twice the warps keep twice
@@ -93,6 +99,15 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
     parts = 1;
     slots = std::clamp<int64_t>((kCudaMvSharedLimit - cuda_mv_shared_bytes(true, 1, k)) / short_warp_bytes, 1, slots);
   }
+  // mv1_bulk holds no weights in registers (~70 of them, where the register ring takes
+  // 128): one block of 16 warps per SM, x staged once per SM. H100 short decode, llama-1b
+  // q8_0 / q4_0 (2 x 8 warps with the register ring: 1523 / 1986): 2 x 8 warps 1506 / 1980,
+  // 3 x 8 1576 / 1977, 2 x 12 1536 / 2021, 1 x 16 1608 / 2027 (ring depth 3; 2: 1581 /
+  // 2027, 4: 1589 / 2013).
+  if (bulk && parts == 1) {
+    slots = kMv1BulkSlots;
+    blocks_per_sm = 1;
+  }
   // A short-row warp takes two row pairs per item.
   const int64_t items = short_rows ? (pairs + 1) / 2 : pairs;
   const int64_t grid = std::min((items + slots - 1) / slots, blocks_per_sm * sms);
@@ -105,6 +120,9 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
     shared += slots * kCudaMv1Q6kStageBytes;
   } else if (short_rows) {
     shared += slots * short_warp_bytes;
+  } else if (bulk) {
+    // Ring per warp: kCudaMv1BulkDepth slots of both rows' chunk.
+    shared += slots * parts * kCudaMv1BulkDepth * 2 * chunk_bytes;
   } else if (quantized) {
     // Staging area per warp: both rows' chunk plus one 16-byte word for an unaligned
     // start, in 16-byte loads per lane.
@@ -172,8 +190,9 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
     return;
   }
   // One row of x on CUDA (the decode step): the one-row kernels (mv1_*) where registered.
-  const std::string one_row =
-      cat(ops::cuda_mv1_short_rows(w.dtype, n, k) ? "mv1_short_" : "mv1_", dtype_name(w.dtype), "_f32");
+  const bool bulk = cuda && ops::cuda_mv1_bulk(w.dtype, n, k, static_cast<int64_t>(w.row_stride), w.view.address());
+  const std::string one_row = cat(ops::cuda_mv1_short_rows(w.dtype, n, k) ? "mv1_short_" : bulk ? "mv1_bulk_" : "mv1_",
+                                  dtype_name(w.dtype), "_f32");
   // The dense ones load 16-byte words of whole rows: K and the rows must allow that.
   const bool dense_words = !quantized && k % static_cast<int64_t>(16 / dtype_size(w.dtype)) == 0 &&
                            w.row_stride % 16 == 0 && w.view.address() % 16 == 0;
@@ -181,9 +200,10 @@ void GraphSession::matmul(const TensorView& x, const TensorView& w, const Tensor
   const bool small = n < (int64_t{1} << 30) && w.row_stride < (uint64_t{1} << 30);
   const int sms = backend().info().multiprocessors;
   const LaunchDims mv1_dims =
-      ops::cuda_mv1_dims(w.dtype, n, k, static_cast<int64_t>(w.row_stride), sms);
+      ops::cuda_mv1_dims(w.dtype, n, k, static_cast<int64_t>(w.row_stride), sms, bulk);
+  const int64_t mv1_shared_limit = bulk ? int64_t{ops::kCudaMv1BulkSharedLimit} : ops::kCudaMvSharedLimit;
   const bool mv1 = cuda && mv && m == 1 && small && (quantized || dense_words) &&
-                   mv1_dims.shared_bytes <= ops::kCudaMvSharedLimit && backend().registry().contains(one_row);
+                   mv1_dims.shared_bytes <= mv1_shared_limit && backend().registry().contains(one_row);
   const Kernel& kernel =
       backend().registry().get(mv1 ? one_row : cat(mv ? "mv_" : "mm_", dtype_name(w.dtype), "_f32"));
   const LaunchDims dims = mv1                               ? mv1_dims

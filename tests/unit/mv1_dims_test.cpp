@@ -97,5 +97,33 @@ TEST(CudaMv1Dims, ShortRowRingsFitTheSharedMemoryLimit) {
   EXPECT_FALSE(ops::cuda_mv1_short_rows(DType::f16, 49152, 576));
 }
 
+// The TMA-ring kernels (mv1_bulk_*: one-unit formats, rows of whole aligned 16-byte words,
+// K >= kCudaMv1BulkMinK): the llama-1b shapes qualify and smollm2's do not; one block of
+// 16 warps per SM (or the K split's 2 x 8), kCudaMv1BulkDepth slots of both rows' chunk
+// per warp after x, within the kernels' shared-memory limit and one SM.
+TEST(CudaMv1Dims, BulkRingsFitOneSm) {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    EXPECT_FALSE(ops::cuda_mv1_bulk(t, 960, 576, row_bytes(t, 576), 0)) << "smollm2's rows";
+    EXPECT_FALSE(ops::cuda_mv1_bulk(t, 2048, 2048, row_bytes(t, 2048), 8)) << "an unaligned start";
+    EXPECT_FALSE(ops::cuda_mv1_bulk(DType::q6_k, 2048, 2048, row_bytes(DType::q6_k, 2048), 0)) << "q6_k";
+    const int64_t chunk_bytes = 1024 / dtype_block_elems(t) * static_cast<int64_t>(dtype_size(t));
+    EXPECT_EQ(chunk_bytes % 16, 0);
+    for (int64_t n : {2048, 3072, 16384, 128256}) {
+      for (int64_t k : {2048, 8192}) {
+        SCOPED_TRACE(::testing::Message() << "n " << n << " k " << k);
+        ASSERT_TRUE(ops::cuda_mv1_bulk(t, n, k, row_bytes(t, k), 0));
+        const LaunchDims d = ops::cuda_mv1_dims(t, n, k, row_bytes(t, k), kSms, true);
+        const int64_t warps = d.block.x / 32 * d.block.y;
+        EXPECT_EQ(warps, 16);
+        EXPECT_LE(d.grid.x, static_cast<uint32_t>(kSms));
+        EXPECT_EQ(d.shared_bytes,
+                  ops::cuda_mv_shared_bytes(true, 1, k) + warps * ops::kCudaMv1BulkDepth * 2 * chunk_bytes);
+        EXPECT_LE(d.shared_bytes, ops::kCudaMv1BulkSharedLimit);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace onepass

@@ -165,9 +165,20 @@ inline bool cuda_mv1_short_rows(DType w, int64_t weight_rows, int64_t k) {
 __host__ __device__
 #endif
 inline int64_t cuda_mv1_short_row_words(int64_t row_bytes) { return (row_bytes + 15) / 16 + 1; }
+/// mv1_bulk_<W>_f32 (W = q4_0, q4_1, q8_0): the mv1 body with each warp's weight chunks
+/// copied by the TMA unit (cp.async.bulk) into a ring of kCudaMv1BulkDepth shared-memory
+/// slots per warp, one block of 16 warps per SM (unless K is split), for rows whose bytes
+/// and start addresses are whole 16-byte words and at least kCudaMv1BulkMinK values long
+/// (the llama-1b products and LM head; smollm2's rows are shorter). Dynamic shared memory
+/// up to kCudaMv1BulkSharedLimit.
+inline constexpr int64_t kCudaMv1BulkMinK = 2048;
+inline constexpr uint32_t kCudaMv1BulkSharedLimit = 200 * 1024;
+inline constexpr int64_t kCudaMv1BulkDepth = 3;
+bool cuda_mv1_bulk(DType w, int64_t n, int64_t k, int64_t row_bytes, uint64_t address);
 /// The mv1 launch for N weight rows of K values (row_bytes apart) of type w on a device
 /// with `sms` multiprocessors, with its dynamic shared memory (x, then each warp's staging
-/// area for the block formats); shared_bytes above kCudaMvSharedLimit: use mv_*.
-LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms);
+/// area for the block formats, or its ring for mv1_bulk); shared_bytes above
+/// kCudaMvSharedLimit (kCudaMv1BulkSharedLimit for mv1_bulk): use mv_*.
+LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms, bool bulk = false);
 
 }  // namespace onepass::ops
