@@ -385,7 +385,7 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
 // The fused epilogue of row m of x, run by one lane with the warp's two sums: out[m, j]
 // (+ residual), or silu(gate) * up, or RoPE and the KV-cache writes.
 __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, int64_t j0,
-                                             float v0, float v1, int32_t rope_at, float2 residual_pair = {},
+                                             float v0, float v1, int32_t position, float2 residual_pair = {},
                                              bool have_pair = false) {
   if (f.silu) {
     if (j0 >= a.n) return;
@@ -393,7 +393,7 @@ __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvF
     if (f.residual) v += have_pair ? residual_pair.x : f.residual[m * f.residual_stride + j0];
     a.out[m * a.out_stride + j0] = v;
   } else if (f.rope) {
-    mv_store_rope(a, *f.rope, j0, v0, v1, rope_at);
+    mv_store_rope(a, *f.rope, j0, v0, v1, position);
   } else {
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) {
@@ -408,14 +408,14 @@ __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvF
 
 // Warp sums and the fused epilogue of every row of x.
 __device__ __forceinline__ void mv_store(const ops::MatmulArgs& a, const MvFusion& f, int64_t j0,
-                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp], int32_t rope_at) {
+                                         float (&acc)[kMvMaxRows][kMvRowsPerWarp], int32_t position) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int m = 0; m < kMvMaxRows; ++m) {
     if (m >= a.m) break;
     const float v0 = warp_sum(acc[m][0]);
     const float v1 = warp_sum(acc[m][1]);
-    if (lane == 0) mv_store_row(a, f, m, j0, v0, v1, rope_at);
+    if (lane == 0) mv_store_row(a, f, m, j0, v0, v1, position);
   }
 }
 
@@ -495,7 +495,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   __syncthreads();
 
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
-    const int32_t rope_cs = rope_position(f);
+    const int32_t position = rope_position(f);
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -536,7 +536,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
     }
     // The next rows' first chunks are in flight during this iteration's sums and stores.
     if (j0 + rows_of.step < a.n) load_first_chunks(j0 + rows_of.step);
-    mv_store(a, f, j0, acc, rope_cs);
+    mv_store(a, f, j0, acc, position);
   }
 }
 
@@ -689,8 +689,8 @@ __device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a,
   ptx::cp_async_commit();
 }
 
-// At the storer's first store (j0: the warp's first output): RoPE's cos / sin of the pair,
-// or its residual.
+// At the storer's first store: the warp's slot, once its copy has landed (the first pair's
+// residual, or the token's position in .y).
 __device__ __forceinline__ float2 mv1_first_pair(const float2& slot) {
   ptx::cp_async_wait<0>();
   return slot;
@@ -855,27 +855,6 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
 // warps per SM as mv1_quant_body it was 1506 / 1980).
 constexpr int kMv1BulkMaxDepth = 4;
 
-__device__ __forceinline__ void mbarrier_init_count1(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
-  for (uint32_t done = 0; !done;) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
-__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 template <DType W>
 __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using F = quantdot::Format<W>;
@@ -913,11 +892,11 @@ __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const Mv
     const int offset = (c_first + load_c) * kChunkBytes;
     const uint32_t bytes = static_cast<uint32_t>(min(kChunkBytes, row_bytes - offset));
     const uint32_t b = ptx::smem_addr(&bar[slot]);
-    mbarrier_arrive_expect(b, 2 * bytes);
+    ptx::mbarrier_arrive_expect_tx(b, 2 * bytes);
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) {
       const uint8_t* src = w + mv_weight_row(a, f, load_j0, r) * a.w_row_bytes + offset;
-      bulk_copy_to_shared(ptx::smem_addr(ring + (slot * 2 + r) * kChunkBytes), src, bytes, b);
+      ptx::cp_async_bulk_to_shared(ptx::smem_addr(ring + (slot * 2 + r) * kChunkBytes), src, bytes, b);
     }
     if (++load_c == chunks) {
       load_c = 0;
@@ -926,8 +905,8 @@ __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const Mv
   };
   // Weights are read-only for the pass: the first items are requested before the wait.
   if (lane == 0) {
-    for (int d = 0; d < depth; ++d) mbarrier_init_count1(ptx::smem_addr(&bar[d]));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int d = 0; d < depth; ++d) ptx::mbarrier_init_one(ptx::smem_addr(&bar[d]));
+    ptx::fence_mbarrier_init();
     for (int d = 0; d < depth && load_j0 < n; ++d) issue_next(d);
   }
   __syncwarp();
@@ -948,7 +927,7 @@ __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const Mv
   while (j0 < n) {
     for (int d = 0; d < kMv1BulkMaxDepth; ++d) {
       if (d >= depth || j0 >= n) break;  // warp-uniform
-      mbarrier_wait_parity(ptx::smem_addr(&bar[slot]), phase);
+      ptx::mbarrier_wait_parity(ptx::smem_addr(&bar[slot]), phase);
       const int u = (c_first + c) * 32 + lane;
       if (u < units) {
         const float4 g = xs.groups[u];
@@ -963,7 +942,7 @@ __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const Mv
       }
       __syncwarp();  // every lane is done with the slot
       if (lane == 0 && load_j0 < n) {
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads before the copy's writes
+        ptx::fence_proxy_async_shared();  // the warp's reads of the slot before the copy's writes
         issue_next(slot);  // depth items ahead
       }
       if (++slot == depth) {
@@ -1132,7 +1111,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
     x_chunk = chunk;
   };
   int j0 = first, c = 0, parity = 0;
-  int32_t rope_cs = rope_position(f);
+  int32_t position = rope_position(f);
   float acc = 0.0f;
   for (int slot = 0; j0 < n; slot = slot == kQ6Stages - 1 ? 0 : slot + 1) {
     issue_next(slot == 0 ? kQ6Stages - 1 : slot - 1);  // the slot computed last
@@ -1154,12 +1133,12 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
       float v1 = __shfl_sync(0xffffffffu, acc, 16);
       if (sh.parts > 1) mv1_add_parts(part_sums, sh, parity, 0, v0, v1);
       if (lane == 0 && sh.part == 0) {
-        mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, rope_cs, first_residual, j0 == first);
+        mv_store_row(a, f, 0, j0, v0 * x_scale, v1 * x_scale, position, first_residual, j0 == first);
       }
       acc = 0.0f;
       c = 0;
       j0 += step_rows;
-      if (j0 < n) rope_cs = rope_position(f);
+      if (j0 < n) position = rope_position(f);
     }
   }
   ptx::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last item are empty)
@@ -1364,7 +1343,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   pdl_wait();
   stage_x_f32(a, f, xs, inv_rms, scratch);
   for (int64_t j0 = rows_of.first; j0 < a.n; j0 += rows_of.step) {
-    const int32_t rope_cs = rope_position(f);
+    const int32_t position = rope_position(f);
     float acc[kMvMaxRows][kMvRowsPerWarp];
 #pragma unroll
     for (int m = 0; m < kMvMaxRows; ++m) {
@@ -1426,7 +1405,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
         }
       }
     }
-    mv_store(a, f, j0, acc, rope_cs);
+    mv_store(a, f, j0, acc, position);
   }
 }
 

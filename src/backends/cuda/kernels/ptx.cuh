@@ -36,11 +36,19 @@ __device__ __forceinline__ void cp_async_wait() {
 // for the barrier's phase 0. The barrier must be initialised before the cluster barrier
 // that the senders wait on before their first store.
 
+/// Initialises the mbarrier at `bar` for one arrival per phase (no fence: see
+/// mbarrier_init_for_receive).
+__device__ __forceinline__ void mbarrier_init_one(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+/// Makes this thread's mbarrier initialisations visible to the cluster and to the
+/// asynchronous proxy (the TMA unit, st.async).
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 /// Initialises the mbarrier at `bar` for one arrival (the receiver's own, made by
 /// mbarrier_expect_bytes) and makes the initialisation visible to the cluster.
 __device__ __forceinline__ void mbarrier_init_for_receive(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  mbarrier_init_one(bar);
+  fence_mbarrier_init();
 }
 /// The receiver's arrival: phase 0 completes once `bytes` have landed.
 __device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
@@ -57,6 +65,38 @@ __device__ __forceinline__ void mbarrier_wait_phase0(uint32_t bar) {
         : "memory");
   }
 }
+// ---- weights copied by the TMA unit into a ring of shared-memory slots (mv1_bulk) -------
+// Each slot has an mbarrier for one arrival per phase: the producer arms it with the bytes
+// of the slot's next copies (mbarrier_arrive_expect_tx) and issues them; the consumers wait
+// for the phase's parity. Before a slot read through the generic proxy is refilled, the
+// producer orders those reads before the copy's writes (fence_proxy_async_shared).
+
+/// The producer's arrival at `bar` for a phase whose copies bring `bytes`.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// Waits (every calling thread) until the phase of parity `parity` of the mbarrier at `bar`
+/// completes; its bytes are then visible to the thread.
+__device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
+  for (uint32_t done = 0; !done;) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+/// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` to shared
+/// `dst` by the TMA unit, counted on the mbarrier at `bar`.
+__device__ __forceinline__ void cp_async_bulk_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+/// Orders this thread's earlier generic-proxy accesses to shared memory before later
+/// asynchronous-proxy ones (a TMA copy into a slot it has read).
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 /// The address in cluster block `rank`'s shared memory of this block's address `addr`.
 __device__ __forceinline__ uint32_t cluster_shared_addr(uint32_t addr, uint32_t rank) {
   uint32_t remote;
