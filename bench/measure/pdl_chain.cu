@@ -1,8 +1,11 @@
 // Microbenchmark (built by hand, see bench/measure/README.md): a chain of small dependent
-// kernels in a CUDA graph, ordered by
+// steps in a CUDA graph, handed off by
 // (0) plain stream order, (1) PDL + griddepcontrol.wait, (2) PDL + a per-kernel completion
-// counter (blocks signal with a release add, consumers poll with acquire loads).
-// Each kernel: every block reads the whole 576-float x (written by its predecessor),
+// counter (blocks signal with a release add, consumers poll with acquire loads),
+// (3) one persistent kernel with a counter per step, (4) the same with one monotonic counter,
+// (5) one persistent kernel whose values carry their step's tag, (6) separate kernels
+// launched at once by PDL that poll tagged values instead of waiting on the grid.
+// Each step: every block reads the whole 576-float x (written by its predecessor),
 // reduces its sum of squares, and writes 8 floats of the next x.
 #include <cstdio>
 #include <cstdlib>
@@ -60,14 +63,149 @@ __global__ void __launch_bounds__(256) step(const float* in, float* out, unsigne
   }
 }
 
+
+// (3) one persistent kernel running every phase: a block signals the phase's counter with a
+// release add and polls it (acquire) until every block has signalled. (4) the same with one
+// monotonic counter (phase p waits for blocks * p arrivals), (5) as 4 but a whole warp polls.
+__global__ void __launch_bounds__(256) persistent(float* x0, float* x1, unsigned* counters, int chain,
+                                                  unsigned blocks, int work, int mode) {
+  __shared__ float red[8];
+  for (int idx = 0; idx < chain; ++idx) {
+    const float* in = (idx % 2) ? x1 : x0;
+    float* out = (idx % 2) ? x0 : x1;
+    if (idx > 0) {
+      if (mode == 3) {
+        if (threadIdx.x == 0) while (ld_acquire(counters + idx - 1) < blocks) {}
+      } else {
+        if (threadIdx.x == 0) while (ld_acquire(counters) < blocks * (unsigned)idx) {}
+      }
+      __syncthreads();
+    }
+    float s = 0.f;
+    for (int i = threadIdx.x; i < kN; i += blockDim.x) { float v = __ldcg(in + i); s += v * v; }
+    for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    __syncthreads();
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) t += red[w];
+    if (threadIdx.x < 8) {
+      const int j = blockIdx.x * 8 + threadIdx.x;
+      if (j < kN) out[j] = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) red_release(mode == 3 ? counters + idx : counters, 1u);
+  }
+}
+
+
+// (5) one persistent kernel, no counters: every value travels with its phase's tag in one
+// 64-bit word (value bits | tag << 32); a reader re-reads a word until its tag is the phase's.
+__device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__global__ void __launch_bounds__(256) tagged(unsigned long long* x0, unsigned long long* x1,
+                                              const unsigned* epoch_p, int chain, int work) {
+  __shared__ float red[8];
+  const unsigned epoch = *epoch_p;
+  for (int idx = 0; idx < chain; ++idx) {
+    const unsigned long long* in = (idx % 2) ? x1 : x0;
+    unsigned long long* out = (idx % 2) ? x0 : x1;
+    const unsigned want = epoch * (unsigned)chain + (unsigned)idx;  // tag of phase idx's input
+    float s = 0.f;
+    constexpr int kPer = (kN + 255) / 256;
+    unsigned long long w[kPer];
+    for (;;) {
+      bool ok = true;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int i = threadIdx.x + u * 256;
+        w[u] = i < kN ? ld_relaxed64(in + i) : 0ull;
+        if (i < kN && idx > 0 && (unsigned)(w[u] >> 32) != want) ok = false;
+      }
+      if (ok) break;
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) { const float v = __uint_as_float((unsigned)w[u]); s += v * v; }
+    for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    __syncthreads();
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) t += red[w];
+    __syncthreads();  // red is rewritten next phase
+    if (threadIdx.x < 8)
+    for (int j = blockIdx.x * 8 + threadIdx.x; j < kN; j += gridDim.x * 8) {
+      const float v = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
+      st_relaxed64(out + j, (unsigned long long)__float_as_uint(v) | ((unsigned long long)(want + 1) << 32));
+    }
+  }
+}
+
+// (6) separate kernels again, each launched early by PDL (it lets its successor launch as
+// soon as it starts) but never waiting on the grid: it polls its tagged input instead
+// (as in 5), so a hand-off costs a store's and a load's trip through L2 rather than the
+// predecessor's completion and memory flush. Kernel 0 waits on the grid (for the epoch).
+__global__ void __launch_bounds__(256) tagged_step(const unsigned long long* in, unsigned long long* out,
+                                                   const unsigned* epoch_p, int idx, int chain, int work) {
+  __shared__ float red[8];
+  if (idx == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const unsigned epoch = *epoch_p;
+  const unsigned want = epoch * (unsigned)chain + (unsigned)idx;
+  float s = 0.f;
+  constexpr int kPer = (kN + 255) / 256;
+  unsigned long long w[kPer];
+  for (;;) {
+    bool ok = true;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int i = threadIdx.x + u * 256;
+      w[u] = i < kN ? ld_relaxed64(in + i) : 0ull;
+      if (i < kN && idx > 0 && (unsigned)(w[u] >> 32) != want) ok = false;
+    }
+    if (ok) break;
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) { const float v = __uint_as_float((unsigned)w[u]); s += v * v; }
+  for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float t = 0.f;
+  for (int k = 0; k < 8; ++k) t += red[k];
+  if (threadIdx.x < 8)
+    for (int j = blockIdx.x * 8 + threadIdx.x; j < kN; j += gridDim.x * 8) {
+      const float v = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
+      st_relaxed64(out + j, (unsigned long long)__float_as_uint(v) | ((unsigned long long)(want + 1) << 32));
+    }
+}
+
+__global__ void bump(unsigned* e) { if (threadIdx.x == 0) *e += 1; }
+
+__global__ void reset_counters(unsigned* c, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) c[i] = 0;
+}
+
 int main() {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   const int chain = 150;
   float *x0, *x1;
   unsigned* counters;
   CK(cudaMalloc(&x0, 4096 * 4));
   CK(cudaMalloc(&x1, 4096 * 4));
-  CK(cudaMalloc(&counters, chain * 4));
-  CK(cudaMemset(counters, 0, chain * 4));
+  CK(cudaMalloc(&counters, (chain + 1) * 4));
+  unsigned long long *tx0, *tx1;
+  CK(cudaMalloc(&tx0, 4096 * 8));
+  CK(cudaMalloc(&tx1, 4096 * 8));
+  CK(cudaMemset(tx0, 0, 4096 * 8));
+  CK(cudaMemset(tx1, 0, 4096 * 8));
+  CK(cudaMemset(counters, 0, (chain + 1) * 4));
   std::vector<float> h(4096, 0.5f);
   CK(cudaMemcpy(x0, h.data(), 4096 * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(x1, h.data(), 4096 * 4, cudaMemcpyHostToDevice));
@@ -76,11 +214,33 @@ int main() {
   printf("%6s %6s %5s %12s\n", "blocks", "work", "mode", "us/kernel");
   for (int work : {0, 200}) {
     for (int blocks : {24, 72, 132, 264}) {
-      for (int mode : {0, 1, 2}) {
+      for (int mode : {0, 1, 2, 3, 4, 5, 6}) {
         cudaGraph_t g;
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int k = 0; k < chain; ++k) {
+        if (mode == 5) {
+          bump<<<1, 32, 0, st>>>(counters + chain);
+          tagged<<<blocks, 256, 0, st>>>(tx0, tx1, counters + chain, chain, work);
+        } else if (mode >= 3) {
+          reset_counters<<<1, 256, 0, st>>>(counters, chain);
+          persistent<<<blocks, 256, 0, st>>>(x0, x1, counters, chain, (unsigned)blocks, work, mode);
+        }
+        if (mode == 6) bump<<<1, 32, 0, st>>>(counters + chain);
+        for (int k = 0; mode == 6 && k < chain; ++k) {
+          cudaLaunchConfig_t cfg = {};
+          cfg.gridDim = dim3(blocks);
+          cfg.blockDim = dim3(256);
+          cfg.stream = st;
+          cudaLaunchAttribute attr[1];
+          attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          attr[0].val.programmaticStreamSerializationAllowed = 1;
+          cfg.attrs = attr;
+          cfg.numAttrs = 1;
+          const unsigned long long* in = (k % 2) ? tx1 : tx0;
+          unsigned long long* out = (k % 2) ? tx0 : tx1;
+          CK(cudaLaunchKernelEx(&cfg, tagged_step, in, out, (const unsigned*)(counters + chain), k, chain, work));
+        }
+        for (int k = 0; mode < 3 && k < chain; ++k) {
           cudaLaunchConfig_t cfg = {};
           cfg.gridDim = dim3(blocks);
           cfg.blockDim = dim3(256);
