@@ -109,56 +109,12 @@ __device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long l
 __device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned long long v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-__global__ void __launch_bounds__(256) tagged(unsigned long long* x0, unsigned long long* x1,
-                                              const unsigned* epoch_p, int chain, int work) {
-  __shared__ float red[8];
-  const unsigned epoch = *epoch_p;
-  for (int idx = 0; idx < chain; ++idx) {
-    const unsigned long long* in = (idx % 2) ? x1 : x0;
-    unsigned long long* out = (idx % 2) ? x0 : x1;
-    const unsigned want = epoch * (unsigned)chain + (unsigned)idx;  // tag of phase idx's input
-    float s = 0.f;
-    constexpr int kPer = (kN + 255) / 256;
-    unsigned long long w[kPer];
-    for (;;) {
-      bool ok = true;
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        const int i = threadIdx.x + u * 256;
-        w[u] = i < kN ? ld_relaxed64(in + i) : 0ull;
-        if (i < kN && idx > 0 && (unsigned)(w[u] >> 32) != want) ok = false;
-      }
-      if (ok) break;
-    }
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) { const float v = __uint_as_float((unsigned)w[u]); s += v * v; }
-    for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
-    __syncthreads();
-    float t = 0.f;
-    for (int w = 0; w < 8; ++w) t += red[w];
-    __syncthreads();  // red is rewritten next phase
-    if (threadIdx.x < 8)
-    for (int j = blockIdx.x * 8 + threadIdx.x; j < kN; j += gridDim.x * 8) {
-      const float v = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
-      st_relaxed64(out + j, (unsigned long long)__float_as_uint(v) | ((unsigned long long)(want + 1) << 32));
-    }
-  }
-}
-
-// (6) separate kernels again, each launched early by PDL (it lets its successor launch as
-// soon as it starts) but never waiting on the grid: it polls its tagged input instead
-// (as in 5), so a hand-off costs a store's and a load's trip through L2 rather than the
-// predecessor's completion and memory flush. Kernel 0 waits on the grid (for the epoch).
-__global__ void __launch_bounds__(256) tagged_step(const unsigned long long* in, unsigned long long* out,
-                                                   const unsigned* epoch_p, int idx, int chain, int work) {
-  __shared__ float red[8];
-  if (idx == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  const unsigned epoch = *epoch_p;
-  const unsigned want = epoch * (unsigned)chain + (unsigned)idx;
-  float s = 0.f;
+// One step of modes 5 and 6: waits until every input word carries tag `want` (step 0 takes
+// its input as it is), reduces, and writes 8 values tagged want + 1 (a grid-stride loop, so
+// that every word of the next input is written whatever the grid). Ends with a barrier:
+// `red` is rewritten by the next step of a persistent kernel.
+__device__ __forceinline__ void tagged_step_body(const unsigned long long* in, unsigned long long* out,
+                                                 unsigned want, int idx, int work, float* red) {
   constexpr int kPer = (kN + 255) / 256;
   unsigned long long w[kPer];
   for (;;) {
@@ -171,6 +127,7 @@ __global__ void __launch_bounds__(256) tagged_step(const unsigned long long* in,
     }
     if (ok) break;
   }
+  float s = 0.f;
 #pragma unroll
   for (int u = 0; u < kPer; ++u) { const float v = __uint_as_float((unsigned)w[u]); s += v * v; }
   for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
@@ -179,11 +136,35 @@ __global__ void __launch_bounds__(256) tagged_step(const unsigned long long* in,
   __syncthreads();
   float t = 0.f;
   for (int k = 0; k < 8; ++k) t += red[k];
+  __syncthreads();
   if (threadIdx.x < 8)
     for (int j = blockIdx.x * 8 + threadIdx.x; j < kN; j += gridDim.x * 8) {
       const float v = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
       st_relaxed64(out + j, (unsigned long long)__float_as_uint(v) | ((unsigned long long)(want + 1) << 32));
     }
+}
+
+__global__ void __launch_bounds__(256) tagged(unsigned long long* x0, unsigned long long* x1,
+                                              const unsigned* epoch_p, int chain, int work) {
+  __shared__ float red[8];
+  const unsigned epoch = *epoch_p;
+  for (int idx = 0; idx < chain; ++idx) {
+    const unsigned long long* in = (idx % 2) ? x1 : x0;
+    unsigned long long* out = (idx % 2) ? x0 : x1;
+    tagged_step_body(in, out, epoch * (unsigned)chain + (unsigned)idx, idx, work, red);
+  }
+}
+
+// (6) separate kernels again, each launched early by PDL (it lets its successor launch as
+// soon as it starts) but never waiting on the grid: it polls its tagged input instead
+// (as in 5), so a hand-off costs a store's and a load's trip through L2 rather than the
+// predecessor's completion and memory flush. Kernel 0 waits on the grid (for the epoch).
+__global__ void __launch_bounds__(256) tagged_step(const unsigned long long* in, unsigned long long* out,
+                                                   const unsigned* epoch_p, int idx, int chain, int work) {
+  __shared__ float red[8];
+  if (idx == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  tagged_step_body(in, out, *epoch_p * (unsigned)chain + (unsigned)idx, idx, work, red);
 }
 
 __global__ void bump(unsigned* e) { if (threadIdx.x == 0) *e += 1; }
