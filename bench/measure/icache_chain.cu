@@ -5,21 +5,7 @@
 // next x. The FMAs are either straight-line code (N instructions of code, each fetched once
 // per launch and SM) or a loop over a 64-FMA body (the same work in ~1 KB of code); and
 // the chain cycles over 1 or 5 distinct kernel binaries (a smollm2 layer has five).
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e = (x);                                                               \
-    if (e != cudaSuccess) {                                                            \
-      printf("%s: %s line %d\n", #x, cudaGetErrorString(e), __LINE__);                 \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
+#include "chain_timing.cuh"
 
 constexpr int kN = 576;
 
@@ -80,43 +66,15 @@ std::vector<StepFn> kernels() {
 float run(const std::vector<StepFn>& fns, int distinct, int blocks, float* x0, float* x1, cudaStream_t st) {
   const int chain = 150;
   cudaGraph_t g;
-  cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
   for (int k = 0; k < chain; ++k) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(256);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = k == 0 ? 0 : 1;
+    ChainLaunch launch(blocks, st, k > 0);
     const float* in = (k % 2) ? x1 : x0;
     float* out = (k % 2) ? x0 : x1;
-    CK(cudaLaunchKernelEx(&cfg, fns[static_cast<size_t>(k % distinct)], in, out));
+    CK(cudaLaunchKernelEx(&launch.cfg, fns[static_cast<size_t>(k % distinct)], in, out));
   }
   CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, st));
-  CK(cudaStreamSynchronize(st));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ts;
-  for (int rep = 0; rep < 7; ++rep) {
-    CK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 50; ++i) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms * 1000.f / 50 / chain);
-  }
-  std::sort(ts.begin(), ts.end());
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return ts[3];
+  return time_graph_per_step(g, st, chain);
 }
 
 int main() {

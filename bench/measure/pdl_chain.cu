@@ -7,13 +7,7 @@
 // launched at once by PDL that poll tagged values instead of waiting on the grid.
 // Each step: every block reads the whole 576-float x (written by its predecessor),
 // reduces its sum of squares, and writes 8 floats of the next x.
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-#include <algorithm>
-#include <cuda_runtime.h>
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s line %d\n", #x, cudaGetErrorString(e), __LINE__); exit(1); } } while (0)
+#include "chain_timing.cuh"
 
 constexpr int kN = 576;
 
@@ -197,7 +191,6 @@ int main() {
     for (int blocks : {24, 72, 132, 264}) {
       for (int mode : {0, 1, 2, 3, 4, 5, 6}) {
         cudaGraph_t g;
-        cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         if (mode == 5) {
           bump<<<1, 32, 0, st>>>(counters + chain);
@@ -208,54 +201,20 @@ int main() {
         }
         if (mode == 6) bump<<<1, 32, 0, st>>>(counters + chain);
         for (int k = 0; mode == 6 && k < chain; ++k) {
-          cudaLaunchConfig_t cfg = {};
-          cfg.gridDim = dim3(blocks);
-          cfg.blockDim = dim3(256);
-          cfg.stream = st;
-          cudaLaunchAttribute attr[1];
-          attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr[0].val.programmaticStreamSerializationAllowed = 1;
-          cfg.attrs = attr;
-          cfg.numAttrs = 1;
+          ChainLaunch launch(blocks, st, true);
           const unsigned long long* in = (k % 2) ? tx1 : tx0;
           unsigned long long* out = (k % 2) ? tx0 : tx1;
-          CK(cudaLaunchKernelEx(&cfg, tagged_step, in, out, (const unsigned*)(counters + chain), k, chain, work));
+          CK(cudaLaunchKernelEx(&launch.cfg, tagged_step, in, out, (const unsigned*)(counters + chain), k, chain, work));
         }
         for (int k = 0; mode < 3 && k < chain; ++k) {
-          cudaLaunchConfig_t cfg = {};
-          cfg.gridDim = dim3(blocks);
-          cfg.blockDim = dim3(256);
-          cfg.stream = st;
-          cudaLaunchAttribute attr[1];
-          attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr[0].val.programmaticStreamSerializationAllowed = 1;
-          cfg.attrs = attr;
-          cfg.numAttrs = (mode == 0 || k == 0) ? 0 : 1;
+          ChainLaunch launch(blocks, st, mode != 0 && k != 0);
           const float* in = (k % 2) ? x1 : x0;
           float* out = (k % 2) ? x0 : x1;
-          CK(cudaLaunchKernelEx(&cfg, step, in, out, counters, k, chain, mode, (unsigned)blocks, work));
+          CK(cudaLaunchKernelEx(&launch.cfg, step, in, out, counters, k, chain, mode, (unsigned)blocks, work));
         }
         CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, st));
-        CK(cudaStreamSynchronize(st));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> ts;
-        for (int rep = 0; rep < 7; ++rep) {
-          CK(cudaEventRecord(e0, st));
-          for (int i = 0; i < 50; ++i) CK(cudaGraphLaunch(ge, st));
-          CK(cudaEventRecord(e1, st));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          ts.push_back(ms * 1000.f / 50 / chain);
-        }
-        std::sort(ts.begin(), ts.end());
-        printf("%6d %6d %5d %12.3f\n", blocks, work, mode, ts[3]);
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
+        const float per_step = time_graph_per_step(g, st, chain);
+        printf("%6d %6d %5d %12.3f\n", blocks, work, mode, per_step);
       }
     }
   }
