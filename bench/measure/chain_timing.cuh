@@ -18,6 +18,22 @@
     }                                                                                  \
   } while (0)
 
+constexpr int kChainN = 576;  // floats of x per step
+
+// The end of a step: the block's sum of `s` (256 threads, red[8] in shared memory), and 8
+// floats of the next x from it (block b writes [8 b, 8 b + 8) below kChainN).
+__device__ __forceinline__ void chain_reduce_and_store(float s, float* red, float* out, float scale) {
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < 8; ++w) t += red[w];
+  if (threadIdx.x < 8) {
+    const int j = blockIdx.x * 8 + threadIdx.x;
+    if (j < kChainN) out[j] = 1.0f / (1.0f + fabsf(t) * scale) + 1e-7f * j;
+  }
+}
+
 // A launch of `blocks` x 256 threads on `st`, with programmatic dependent launch when `pdl`.
 struct ChainLaunch {
   cudaLaunchConfig_t cfg = {};

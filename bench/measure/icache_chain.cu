@@ -7,7 +7,7 @@
 // the chain cycles over 1 or 5 distinct kernel binaries (a smollm2 layer has five).
 #include "chain_timing.cuh"
 
-constexpr int kN = 576;
+constexpr int kN = kChainN;
 
 // kStraight: N FMAs unrolled; otherwise a loop of N / 64 passes over 64 unrolled FMAs.
 // Salt makes each instantiation's code distinct (different constants).
@@ -44,15 +44,7 @@ __global__ void __launch_bounds__(256) step(const float* in, float* out) {
   float t0 = 0.f;
 #pragma unroll
   for (int k = 0; k < 8; ++k) t0 += c[k];
-  for (int o = 16; o > 0; o >>= 1) t0 += __shfl_xor_sync(0xffffffffu, t0, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = t0;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < 8; ++w) t += red[w];
-  if (threadIdx.x < 8) {
-    const int j = blockIdx.x * 8 + threadIdx.x;
-    if (j < kN) out[j] = 1.0f / (1.0f + fabsf(t) * 1e-9f) + 1e-7f * j;
-  }
+  chain_reduce_and_store(t0, red, out, 1e-9f);
 }
 
 using StepFn = void (*)(const float*, float*);

@@ -9,7 +9,7 @@
 // reduces its sum of squares, and writes 8 floats of the next x.
 #include "chain_timing.cuh"
 
-constexpr int kN = 576;
+constexpr int kN = kChainN;
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -42,15 +42,7 @@ __global__ void __launch_bounds__(256) step(const float* in, float* out, unsigne
   float s = 0.f;
   for (int i = threadIdx.x; i < kN; i += blockDim.x) { float v = in[i]; s += v * v; }
   for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < 8; ++w) t += red[w];
-  if (threadIdx.x < 8) {
-    const int j = blockIdx.x * 8 + threadIdx.x;
-    if (j < kN) out[j] = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
-  }
+  chain_reduce_and_store(s, red, out, 1e-6f);
   if (mode == 2) {
     __syncthreads();
     if (threadIdx.x == 0) red_release(counters + idx, 1u);
@@ -78,15 +70,7 @@ __global__ void __launch_bounds__(256) persistent(float* x0, float* x1, unsigned
     float s = 0.f;
     for (int i = threadIdx.x; i < kN; i += blockDim.x) { float v = __ldcg(in + i); s += v * v; }
     for (int r = 0; r < work; ++r) s = s * 0.999f + 1e-3f;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
-    __syncthreads();
-    float t = 0.f;
-    for (int w = 0; w < 8; ++w) t += red[w];
-    if (threadIdx.x < 8) {
-      const int j = blockIdx.x * 8 + threadIdx.x;
-      if (j < kN) out[j] = 1.0f / (1.0f + t * 1e-6f) + 1e-7f * j;
-    }
+    chain_reduce_and_store(s, red, out, 1e-6f);
     __syncthreads();
     if (threadIdx.x == 0) red_release(mode == 3 ? counters + idx : counters, 1u);
   }
