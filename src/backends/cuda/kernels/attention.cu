@@ -586,8 +586,13 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   // Every block must have started (and the first block's barrier be initialised) before
   // another stores into its shared memory: arrive now, wait just before the stores (long
-  // since complete by then). A block without keys arrives too, then leaves.
-  cluster.barrier_arrive();
+  // since complete by then). A block without keys arrives too, then leaves. Relaxed: the
+  // barrier's initialisation is published by its own fence (mbarrier_init_for_receive),
+  // and nothing else is handed over through this arrival; the default release semantics
+  // put a MEMBAR.GPU on every thread's path to the PDL wait, and blocks that reached the
+  // wait late spread its returns over 0.9 us (0.5 with the relaxed arrival; timeline
+  // build, H100 smollm2 short decode).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   // The head's cache rows and the lanes' layout come from the arguments alone: computed
   // before the wait, off the critical path (~350 instructions, divisions among them, lay
   // between the wait and the first K/V copy; now ~80). H200 decode after 16 tokens,
