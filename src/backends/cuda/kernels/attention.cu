@@ -537,9 +537,12 @@ __global__ void __launch_bounds__(kMaxThreads)
 // from its own shared memory and writes the head's output. No partial goes through global memory, no merge kernel
 // follows, and no block but the first waits for another.
 // This block's share of the L2 prefetch (FlashDecodeArgs::prefetch): bulk requests of 4 KB,
-// one per thread in turn, fire and forget. Issued before the PDL wait (the data is
-// read-only for the pass), so DRAM starts on them while the Q/K/V product finishes;
-// issued after the wait instead, the decode step measured 8-10% slower (H100).
+// fire and forget, dealt to the blocks in turn (piece p to block p mod blocks), so each
+// block issues a few. Issued before the PDL wait (the data is read-only for the pass), so
+// DRAM starts on them while the Q/K/V product finishes; issued after the wait instead,
+// the decode step measured 8-10% slower (H100). Dealt in consecutive runs of blockDim
+// pieces per block instead, the first two blocks issued all of smollm2's 270 and reached
+// the wait ~2 us after the others, 0.5 us after it returned (timeline build, H100).
 __device__ __forceinline__ void prefetch_share(const ops::FlashDecodeArgs& a) {
   if (a.prefetch == nullptr) return;
   constexpr int64_t kPiece = 4096;
@@ -547,7 +550,7 @@ __device__ __forceinline__ void prefetch_share(const ops::FlashDecodeArgs& a) {
   const int64_t block = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
   const int64_t pieces = (a.prefetch_bytes + kPiece - 1) / kPiece;
   const auto* base = static_cast<const char*>(a.prefetch);
-  for (int64_t p = block * blockDim.x + threadIdx.x; p < pieces; p += blocks * blockDim.x) {
+  for (int64_t p = int64_t{threadIdx.x} * blocks + block; p < pieces; p += blocks * blockDim.x) {
     const int64_t bytes = min(kPiece, a.prefetch_bytes - p * kPiece);
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + p * kPiece), "r"(static_cast<uint32_t>(bytes))
                  : "memory");
