@@ -720,8 +720,9 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
 
 // Weight items (chunks of a warp's row pair) in flight per warp in mv1_quant_body. The
 // one-unit formats (q4_0, q4_1, q8_0) take this body only for rows shorter than
-// ops::kCudaMv1BulkMinK (longer ones take mv1_bulk_body), whose products give a warp one
-// or two items (smollm2: one row pair of one or two chunks): two in flight cover them, and
+// ops::kCudaMv1BulkMinK or not in whole 16-byte words (the others take mv1_bulk_body), and
+// short rows give a warp few items (smollm2: one row pair of one or two chunks): two in
+// flight cover them, and
 // the ring's code unrolled four times was instruction-cache footprint on every launch
 // (H100 short decode, smollm2 q4_1: 2,420-2,422 -> 2,441-2,442 tok/s; one item in flight:
 // 2,371, the down product's second chunk then loads after the wait). The k-quants keep
