@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_const
   // Every block must have started (and the first block's barrier be initialised) before
   // another stores into its shared memory: arrive now, wait just before the stores.
   // Relaxed, as in flash_decode_cluster_kernel: the initialisation has its own fence.
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  ptx::cluster_arrive_relaxed();
   pdl_wait();
   float best_v;
   int32_t best_i;

@@ -595,7 +595,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   // put a MEMBAR.GPU on every thread's path to the PDL wait, and blocks that reached the
   // wait late spread its returns over 0.9 us (0.5 with the relaxed arrival; timeline
   // build, H100 smollm2 short decode).
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  ptx::cluster_arrive_relaxed();
   // The head's cache rows and the lanes' layout come from the arguments alone: computed
   // before the wait, off the critical path (~350 instructions, divisions among them, lay
   // between the wait and the first K/V copy; now ~80). H200 decode after 16 tokens,

@@ -722,11 +722,11 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
 // one-unit formats (q4_0, q4_1, q8_0) take this body only for rows shorter than
 // ops::kCudaMv1BulkMinK or not in whole 16-byte words (the others take mv1_bulk_body), and
 // short rows give a warp few items (smollm2: one row pair of one or two chunks): two in
-// flight cover them, and
-// the ring's code unrolled four times was instruction-cache footprint on every launch
-// (H100 short decode, smollm2 q4_1: 2,420-2,422 -> 2,441-2,442 tok/s; one item in flight:
-// 2,371, the down product's second chunk then loads after the wait). The k-quants keep
-// four items when a chunk of both rows takes at most 16 registers per lane, else three.
+// flight cover them, and the ring's code unrolled four times was instruction-cache
+// footprint on every launch (H100 short decode, smollm2 q4_1: 2,420-2,422 -> 2,441-2,442
+// tok/s; one item in flight: 2,371, the down product's second chunk then loads after the
+// wait). The k-quants keep four items when a chunk of both rows takes at most 16
+// registers per lane, else three.
 template <DType W>
 constexpr int mv1_ring_depth() {
   if constexpr (W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0) return 2;

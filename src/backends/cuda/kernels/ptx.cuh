@@ -97,6 +97,14 @@ __device__ __forceinline__ void cp_async_bulk_to_shared(uint32_t dst, const void
 /// asynchronous-proxy ones (a TMA copy into a slot it has read).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+/// This thread's arrival at the cluster barrier, without release ordering: for a hand-off
+/// whose only shared state is an mbarrier published by fence_mbarrier_init (the release
+/// arrival compiles to a MEMBAR.GPU on the path to the PDL wait). Pair with
+/// barrier.cluster.wait before the first st.async into another block.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
 /// The address in cluster block `rank`'s shared memory of this block's address `addr`.
 __device__ __forceinline__ uint32_t cluster_shared_addr(uint32_t addr, uint32_t rank) {
   uint32_t remote;
