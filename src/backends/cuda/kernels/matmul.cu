@@ -167,11 +167,29 @@ __device__ __forceinline__ void load_x_times_norm_weight(const ops::MatmulArgs& 
   }
 }
 
-// 1 / rms from the warps' sums that load_x_times_norm_weight left in scratch (after a
-// barrier): block_sum's second half, so the same value in every thread and every run.
+// 1 / rms from the warps' sums that load_x_times_norm_weight left in scratch (16-byte
+// aligned; after a barrier). Every thread reads all of them (broadcast 16-byte loads, all
+// in flight at once) and adds them in a fixed tree, so the value is the same in every
+// thread and every run; this runs between the staging barrier and the first dot product,
+// where block_sum's second half (a load, then five dependent shuffles) was on every warp's
+// path.
 __device__ __forceinline__ float deferred_inv_rms(const ops::MatmulArgs& a, const MvFusion& f, const float* scratch) {
-  const int lane = flat_thread() & 31;
-  const float sum = warp_sum(lane < (flat_threads() + 31) >> 5 ? scratch[lane] : 0.0f);
+  constexpr int kMaxWarps = static_cast<int>(ops::kCudaMv1MaxThreads) / 32;
+  static_assert(kMaxWarps == 16, "the tree below adds 16 warp sums");
+  const int warps = flat_threads() >> 5;  // mv1 blocks are whole warps
+  float v[kMaxWarps];
+#pragma unroll
+  for (int i = 0; i < kMaxWarps; i += 4) {
+    const float4 q = reinterpret_cast<const float4*>(scratch)[i / 4];
+    v[i] = i < warps ? q.x : 0.0f;
+    v[i + 1] = i + 1 < warps ? q.y : 0.0f;
+    v[i + 2] = i + 2 < warps ? q.z : 0.0f;
+    v[i + 3] = i + 3 < warps ? q.w : 0.0f;
+  }
+  const float s8[8] = {v[0] + v[8], v[1] + v[9], v[2] + v[10], v[3] + v[11],
+                       v[4] + v[12], v[5] + v[13], v[6] + v[14], v[7] + v[15]};
+  const float s4[4] = {s8[0] + s8[4], s8[1] + s8[5], s8[2] + s8[6], s8[3] + s8[7]};
+  const float sum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
   return rsqrtf(sum / static_cast<float>(a.k) + f.eps);
 }
 
@@ -443,7 +461,7 @@ __device__ __forceinline__ void mv_quant_body(const ops::MatmulArgs& a, const Mv
   constexpr int kChunkBytes = 32 / F::kUnits * F::kBlockBytes;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   // Each warp's staging area: kLoads * 32 words per row.
   __shared__ uint4 stage[kMvWarps][kMvRowsPerWarp][kLoads * 32];
   const int64_t xq_bytes = (a.m * a.k + 15) / 16 * 16;
@@ -751,7 +769,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   using Stage = uint4[kMvRowsPerWarp][kLoads * 32];
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   __shared__ Mv1PartSums part_sums;
   __shared__ Mv1FirstSlots first_slots;
   const int64_t xq_bytes = (a.k + 15) / 16 * 16;
@@ -870,7 +888,7 @@ __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const Mv
   static_assert(kChunkBytes % 16 == 0, "a chunk is whole 16-byte words");
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   __shared__ Mv1PartSums part_sums;
   __shared__ Mv1FirstSlots first_slots;
   __shared__ uint64_t bars[kMv1MaxSlots * kMv1MaxParts][kMv1BulkMaxDepth];
@@ -1048,7 +1066,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
   using Stage = uint4[kMvRowsPerWarp][kQ6RowWords];
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   __shared__ Mv1PartSums part_sums;
   const int64_t xq_bytes = (a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
@@ -1174,7 +1192,7 @@ __device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const M
   static_assert(F::kUnits == 1, "a lane's unit is one block");
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   const int64_t xq_bytes = (a.k + 15) / 16 * 16;
   XQuantSmem xs{reinterpret_cast<int8_t*>(smem), reinterpret_cast<float4*>(smem + xq_bytes)};
   const Mv1Shape sh = mv1_shape();  // one part: K is not split
@@ -1312,7 +1330,7 @@ __device__ __forceinline__ void mv_dense_body(const ops::MatmulArgs& a, const Mv
   using S = typename Elem<W>::storage;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   float* xs = reinterpret_cast<float*>(smem);  // [M, K]
   const int lane = threadIdx.x & 31;
   constexpr int kVec = 16 / sizeof(S);  // values per 16-byte load
@@ -1430,7 +1448,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   using S = typename Elem<W>::storage;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kMvMaxRows];
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   __shared__ Mv1PartSums part_sums;
   __shared__ Mv1FirstSlots first_slots;
   float* xs = reinterpret_cast<float*>(smem);  // [K]
