@@ -866,7 +866,11 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   }
   const Mv1XPath x_path = mv1_x_path(a, f);
   // A deferred norm's weight is loaded into registers before the wait (read-only for the
-  // pass): after it, only x's loads are on the staging's chain.
+  // pass): after it, only x's loads are on the staging's chain (H100 short decode, smollm2:
+  // 2,612-2,615 -> 2,679-2,681 tok/s). Copying it into shared memory by cp.async instead
+  // measured far slower: cp.async issued before griddepcontrol.wait delayed the wait's
+  // return by ~1.1 us (timeline build: the gate/up product's gap after its predecessor
+  // went from 0.45 to 1.60 us).
   const bool early_w = x_path == Mv1XPath::deferred_norm;
   float4 norm_w[kXBatch];
   if (early_w) {
@@ -1356,7 +1360,8 @@ __device__ __forceinline__ void stage_x_f32(const ops::MatmulArgs& a, const MvFu
 // mv1's x staging for dense weights: x as f32 in shared memory; returns the factor of the
 // products' sums (the deferred 1 / rms, or 1) after the block's barrier.
 __device__ __forceinline__ float mv1_stage_x_f32(const ops::MatmulArgs& a, const MvFusion& f, Mv1XPath path,
-                                                float* xs, float* inv_rms, float* scratch) {
+                                                float* xs, float* inv_rms, float* scratch,
+                                                const float4 (&early_w)[kXBatch], bool have_early_w) {
   const bool plain = path == Mv1XPath::plain;
   if (path == Mv1XPath::general) {
     stage_x_f32(a, f, xs, inv_rms, scratch);
@@ -1365,6 +1370,8 @@ __device__ __forceinline__ float mv1_stage_x_f32(const ops::MatmulArgs& a, const
   float4 batch[kXBatch];
   if (plain) {
     load_x_one_batch(a, batch);
+  } else if (have_early_w) {
+    load_x_times_early_norm_weight(a, f, scratch, early_w, batch);
   } else {
     load_x_times_norm_weight(a, f, true, scratch, batch);
   }
@@ -1542,10 +1549,19 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   for (int d = 0; d < kMv1DenseDepth<W>; ++d) {
     if (load_j0 < n) load_next(ring[d]);
   }
-  mv1_prefetch_norm_weight(a, f);
   const Mv1XPath x_path = mv1_x_path(a, f);
+  // As mv1_quant_body: a deferred norm's weight in registers before the wait (H100 short
+  // decode, llama-1b f16: 1,049 -> 1,056 tok/s; mv1_bulk_body measured 0.5-1% slower with
+  // it, llama-1b q4_0 / q8_0, and keeps the L2 prefetch).
+  const bool early_w = x_path == Mv1XPath::deferred_norm;
+  float4 norm_w[kXBatch];
+  if (early_w) {
+    load_norm_weight_batch(a, f, norm_w);
+  } else {
+    mv1_prefetch_norm_weight(a, f);
+  }
   pdl_wait();
-  const float x_scale = mv1_stage_x_f32(a, f, x_path, xs, inv_rms, scratch);
+  const float x_scale = mv1_stage_x_f32(a, f, x_path, xs, inv_rms, scratch, norm_w, early_w);
   mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
 
   int j0 = first, c = 0, parity = 0;
