@@ -866,10 +866,13 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   }
   const Mv1XPath x_path = mv1_x_path(a, f);
   // A deferred norm's weight is loaded into registers before the wait (read-only for the
-  // pass): after it, only x's loads are on the staging's chain (H100 short decode, smollm2:
-  // 2,612-2,615 -> 2,679-2,681 tok/s). Copying it into shared memory by cp.async before
-  // the wait instead measured 12% slower: in the timeline build the gate/up product's wait
-  // returned 1.60 us after its predecessor's last block ended, against 0.45 us.
+  // pass), so that only x's loads follow it (H100 short decode, smollm2: 2,612-2,615 ->
+  // 2,679-2,681 tok/s; replacing the L2 prefetch of mv1_prefetch_norm_weight). The timeline
+  // build, whose stamps change the code around the wait, showed the same staging time with
+  // and without it, so where the time is saved is not established. Copying the weight into
+  // shared memory by cp.async before the wait instead measured 12% slower: in the timeline
+  // build the gate/up product's wait returned 1.60 us after its predecessor's last block
+  // ended, against 0.45 us.
   const bool early_w = x_path == Mv1XPath::deferred_norm;
   float4 norm_w[kXBatch];
   if (early_w) {
