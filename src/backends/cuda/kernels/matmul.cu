@@ -683,6 +683,25 @@ __device__ __forceinline__ void mv1_prefetch_norm_weight(const ops::MatmulArgs& 
   }
 }
 
+// Before the PDL wait in mv1_quant_body and mv1_dense_body: a deferred norm's weight
+// (read-only for the pass) into w, in registers, so that only x's loads follow the wait
+// (early: the staging defers the norm); otherwise the norm weight's L2 prefetch. H100 short decode: smollm2
+// 2,612-2,615 -> 2,679-2,681 tok/s (mv1_quant_body), llama-1b f16 1,049 -> 1,056
+// (mv1_dense_body); mv1_bulk_body measured 0.5-1% slower with it (llama-1b q4_0 / q8_0)
+// and keeps the prefetch. The timeline build, whose stamps change the code around the
+// wait, showed the same staging time with and without it, so where the time is saved is
+// not established. Copying the weight into shared memory by cp.async before the wait
+// instead measured 12% slower (smollm2): in the timeline build the gate/up product's wait
+// returned 1.60 us after its predecessor's last block ended, against 0.45 us.
+__device__ __forceinline__ void mv1_norm_weight_before_wait(const ops::MatmulArgs& a, const MvFusion& f, bool early,
+                                                            float4 (&w)[kXBatch]) {
+  if (early) {
+    load_norm_weight_batch(a, f, w);
+  } else {
+    mv1_prefetch_norm_weight(a, f);
+  }
+}
+
 // The residual of a warp's first row pair (lane 0 of part 0 stores it), requested once x
 // is staged, so that its L2 latency overlaps the sums instead of lengthening the first
 // store. (Requested right after the PDL wait instead, in front of the x loads, it measured
@@ -865,21 +884,9 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
     if (load_j0 < n) load_next(ring[d]);
   }
   const Mv1XPath x_path = mv1_x_path(a, f);
-  // A deferred norm's weight is loaded into registers before the wait (read-only for the
-  // pass), so that only x's loads follow it (H100 short decode, smollm2: 2,612-2,615 ->
-  // 2,679-2,681 tok/s; replacing the L2 prefetch of mv1_prefetch_norm_weight). The timeline
-  // build, whose stamps change the code around the wait, showed the same staging time with
-  // and without it, so where the time is saved is not established. Copying the weight into
-  // shared memory by cp.async before the wait instead measured 12% slower: in the timeline
-  // build the gate/up product's wait returned 1.60 us after its predecessor's last block
-  // ended, against 0.45 us.
   const bool early_w = x_path == Mv1XPath::deferred_norm;
   float4 norm_w[kXBatch];
-  if (early_w) {
-    load_norm_weight_batch(a, f, norm_w);
-  } else {
-    mv1_prefetch_norm_weight(a, f);
-  }
+  mv1_norm_weight_before_wait(a, f, early_w, norm_w);
   pdl_wait();
   const float x_scale = mv1_quantize_x(a, f, x_path, inv_rms, scratch, xs, norm_w, early_w);
   mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
@@ -1552,16 +1559,9 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
     if (load_j0 < n) load_next(ring[d]);
   }
   const Mv1XPath x_path = mv1_x_path(a, f);
-  // As mv1_quant_body: a deferred norm's weight in registers before the wait (H100 short
-  // decode, llama-1b f16: 1,049 -> 1,056 tok/s; mv1_bulk_body measured 0.5-1% slower with
-  // it, llama-1b q4_0 / q8_0, and keeps the L2 prefetch).
   const bool early_w = x_path == Mv1XPath::deferred_norm;
   float4 norm_w[kXBatch];
-  if (early_w) {
-    load_norm_weight_batch(a, f, norm_w);
-  } else {
-    mv1_prefetch_norm_weight(a, f);
-  }
+  mv1_norm_weight_before_wait(a, f, early_w, norm_w);
   pdl_wait();
   const float x_scale = mv1_stage_x_f32(a, f, x_path, xs, inv_rms, scratch, norm_w, early_w);
   mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
