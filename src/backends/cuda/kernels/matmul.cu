@@ -115,6 +115,14 @@ __device__ __forceinline__ bool x_one_batch(const ops::MatmulArgs& a) {
   return a.k / 4 <= int64_t{kXBatch} * flat_threads();
 }
 
+// This thread's share of the sum of squares of x (one batch), summed as in rows_inv_rms.
+__device__ __forceinline__ float sum_of_squares(const float4 (&e)[kXBatch]) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kXBatch; ++j) sum += e[j].x * e[j].x + e[j].y * e[j].y + e[j].z * e[j].z + e[j].w * e[j].w;
+  return sum;
+}
+
 // x and the fused norm's weight of row m in one batch (x_one_batch: every load issued
 // before any is used); returns this thread's share of the sum of squares of x, summed as
 // in rows_inv_rms.
@@ -128,10 +136,7 @@ __device__ __forceinline__ float load_x_and_norm_weight(const ops::MatmulArgs& a
     e[j] = i < k4 ? load4(xr + 4 * i, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
     w[j] = i < k4 ? load4(f.norm_weight + 4 * i, vec) : make_float4(1.f, 1.f, 1.f, 1.f);
   }
-  float sum = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kXBatch; ++j) sum += e[j].x * e[j].x + e[j].y * e[j].y + e[j].z * e[j].z + e[j].w * e[j].w;
-  return sum;
+  return sum_of_squares(e);
 }
 
 // load_x_batch of a whole row (x_one_batch) with a fused norm: x and the norm weight are
@@ -155,10 +160,11 @@ __device__ __forceinline__ void load_x_normed(const ops::MatmulArgs& a, const Mv
 // deferred_inv_rms to read after the block's next barrier. RMS-norm's 1 / rms is one
 // factor of the whole row, so the products can use x * w and scale their sums by it
 // afterwards: staging then needs no reduction (two barriers and a dependent step) before
-// x is quantized or stored.
-__device__ __forceinline__ void times_norm_weight_sum(float sum_of_squares, float* scratch, float4 (&e)[kXBatch],
+// x is quantized or stored. times_norm_weight_sum does that from x (e), w and this
+// thread's sum of squares; load_x_times_norm_weight loads x and w first.
+__device__ __forceinline__ void times_norm_weight_sum(float squares, float* scratch, float4 (&e)[kXBatch],
                                                       const float4 (&w)[kXBatch]) {
-  const float sum = warp_sum(sum_of_squares);
+  const float sum = warp_sum(squares);
   if ((flat_thread() & 31) == 0) scratch[flat_thread() >> 5] = sum;
 #pragma unroll
   for (int j = 0; j < kXBatch; ++j) {
@@ -183,11 +189,8 @@ __device__ __forceinline__ void load_norm_weight_batch(const ops::MatmulArgs& a,
   }
 }
 
-// load_x_times_norm_weight with the weight already in registers (load_norm_weight_batch):
-// only x's loads after the PDL wait. (From L2 after the wait, the weight's loads were one
-// more on the staging's chain: H100 timeline build, smollm2, the normalised products
-// staged x in 0.77-0.80 us against 0.45-0.51 for the plain ones, and without the weight's
-// loads the decode step ran 1.3% faster.)
+// load_x_times_norm_weight with the weight already in registers (load_norm_weight_batch,
+// before the PDL wait: mv1_norm_weight_before_wait): only x's loads after the wait.
 __device__ __forceinline__ void load_x_times_early_norm_weight(const ops::MatmulArgs& a, const MvFusion& f,
                                                                float* scratch, const float4 (&w)[kXBatch],
                                                                float4 (&e)[kXBatch]) {
@@ -197,10 +200,7 @@ __device__ __forceinline__ void load_x_times_early_norm_weight(const ops::Matmul
     const int64_t i = x_batch_index(0, j);
     e[j] = i < k4 ? reinterpret_cast<const float4*>(a.x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  float sum = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kXBatch; ++j) sum += e[j].x * e[j].x + e[j].y * e[j].y + e[j].z * e[j].z + e[j].w * e[j].w;
-  times_norm_weight_sum(sum, scratch, e, w);
+  times_norm_weight_sum(sum_of_squares(e), scratch, e, w);
 }
 
 // 1 / rms from the warps' sums that load_x_times_norm_weight left in scratch (16-byte
@@ -683,10 +683,10 @@ __device__ __forceinline__ void mv1_prefetch_norm_weight(const ops::MatmulArgs& 
   }
 }
 
-// Before the PDL wait in mv1_quant_body and mv1_dense_body: a deferred norm's weight
-// (read-only for the pass) into w, in registers, so that only x's loads follow the wait
-// (early: the staging defers the norm); otherwise the norm weight's L2 prefetch. H100 short decode: smollm2
-// 2,612-2,615 -> 2,679-2,681 tok/s (mv1_quant_body), llama-1b f16 1,049 -> 1,056
+// Before the PDL wait in mv1_quant_body and mv1_dense_body: when the staging defers the
+// norm (early), the norm's weight (read-only for the pass) into w, in registers, so that
+// only x's loads follow the wait; otherwise the weight's L2 prefetch. H100 short decode:
+// smollm2 2,612-2,615 -> 2,679-2,681 tok/s (mv1_quant_body), llama-1b f16 1,049 -> 1,056
 // (mv1_dense_body); mv1_bulk_body measured 0.5-1% slower with it (llama-1b q4_0 / q8_0)
 // and keeps the prefetch. The timeline build, whose stamps change the code around the
 // wait, showed the same staging time with and without it, so where the time is saved is
