@@ -379,8 +379,12 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
         const BufferView& gate_up = w.gate_up_parts.front().weight.view;
         prefetch = gate_up.slice(0, std::min(gate_up.size(), static_cast<size_t>(options_.l2_prefetch_bytes)));
       }
+      // No dispatch of a decode step writes a cache row but the token's own, kv_length - 1
+      // (rope_kv_write, folded into the Q/K/V product, or kv_write): the history, every
+      // row below it, may be copied before the attention's PDL wait.
       s.flash_decode(q.reshaped(Shape{c.heads, hd}), w.k_cache, w.v_cache, b.kv_length(),
-                     attn.reshaped(Shape{c.heads, hd}), b.flash_scratch, attention, prefetch);
+                     attn.reshaped(Shape{c.heads, hd}), b.flash_scratch, attention, prefetch,
+                     ops::KvHistory::before_wait);
     } else {
       s.sdpa(q, w.k_cache, w.v_cache, positions, attn.reshaped(Shape{n, c.heads, hd}), attention);
     }

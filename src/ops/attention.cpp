@@ -109,7 +109,7 @@ void GraphSession::sdpa(const TensorView& q, const TensorView& k, const TensorVi
 void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& kv_length, const TensorView& out,
                                 const BufferView& scratch, const ops::AttentionParams& params,
-                                const BufferView& prefetch_l2) {
+                                const BufferView& prefetch_l2, ops::KvHistory history) {
   const char* op = "flash_decode";
   const int64_t ctx = check_attention(op, q, k, v, out, params);
   check(q.rows() == params.n_head, op, "q has shape ", q.shape.str(),
@@ -155,6 +155,7 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
     // One cluster of chunk blocks per query head; the partials never leave the cluster.
     args.chunks = ops::flash_decode_backend_chunks(true, params.n_head, ctx);
     args.chunk_keys = ops::kCudaFlashDecodeChunkKeys;
+    args.history_before_wait = history == ops::KvHistory::before_wait ? 1 : 0;
     LaunchDims dims;
     dims.grid.x = static_cast<uint32_t>(args.chunks);
     dims.grid.y = static_cast<uint32_t>(params.n_head);

@@ -485,6 +485,129 @@ TEST(CudaFusion, QkvProductWithRopeAndCacheWriteMatchesTheUnfusedSequence) {
   }
 }
 
+// A decode step's Q/K/V product (rope_kv_write folded in) and then flash_decode, replayed
+// as one graph with PDL for a growing cache: with ops::KvHistory::before_wait the
+// attention copies the rows below kv_length - 1 before its PDL wait, while the product
+// still runs, and the token's own row, which the product writes, after it. Each replay's
+// new row is poisoned until the product writes it, so a copy issued too early shows as a
+// different output. Bit for bit against KvHistory::after_wait (the same arithmetic), and
+// both against a float64 reference over the caches the product left.
+TEST(CudaAttention, HistoryCopiedBeforeTheWaitAndTheTokensRowAfterIt) {
+  REQUIRE_GPU();
+  GraphExecutor exec(backend);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int32_t heads = 9, kv_heads = 3, hd = 64;
+  const int64_t k = 576, ctx = 600;
+  const int64_t n = (heads + 2 * kv_heads) * hd;
+  TensorView x = poisoned_tensor(*backend, Shape{1, k});
+  testing::upload_floats(x, testing::random_floats(static_cast<size_t>(k), seed + 1, -2.0f, 2.0f));
+  TensorView w = random_weights(*backend, DType::q4_1, n, k, seed + 2);
+  TensorView qkv = poisoned_tensor(*backend, Shape{1, n});
+  TensorView attn = poisoned_tensor(*backend, Shape{heads, hd});
+  TensorView step(backend->alloc(8), DType::i32, Shape{2}, 8);  // kv_length, position
+  const TensorView kv_length(step.view.slice(0, 4), DType::i32, Shape{1});
+  const TensorView positions(step.view.slice(4, 4), DType::i32, Shape{1});
+  const uint64_t cache_row = static_cast<uint64_t>(hd) * 2;
+  auto cache = [&] {
+    return TensorView(backend->alloc(cache_row * static_cast<uint64_t>(kv_heads * ctx)), DType::f16,
+                      Shape{kv_heads, ctx, hd}, cache_row);
+  };
+  TensorView k_cache = cache(), v_cache = cache();
+  BufferView scratch = backend->alloc(ops::flash_decode_scratch_bytes(heads, ctx, hd));
+  ops::RopeParams rope;
+  rope.theta = 10000.0f;
+  ops::AttentionParams attention;
+  attention.n_head = heads;
+  attention.n_kv_head = kv_heads;
+  attention.head_dim = hd;
+  attention.scale = 0.125f;
+  auto slice = [&](int64_t from, int64_t heads_in) {
+    return TensorView(qkv.view.slice(static_cast<size_t>(from) * 4, static_cast<size_t>(heads_in * hd) * 4),
+                      DType::f32, Shape{1, heads_in, hd});
+  };
+  auto graph = [&](ops::KvHistory history) {
+    GraphSession s = exec.begin_recorded();
+    s.matmul(x, w, qkv);
+    s.rope_kv_write(slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads), k_cache,
+                    v_cache, positions, rope);
+    s.flash_decode(slice(0, heads).reshaped(Shape{heads, hd}), k_cache, v_cache, kv_length, attn, scratch, attention,
+                   {}, history);
+    return std::make_unique<CapturedGraph>(*backend, s.take_graph());
+  };
+  const auto early = graph(ops::KvHistory::before_wait);
+  const auto late = graph(ops::KvHistory::after_wait);
+  EXPECT_EQ(early->stats().fusions, 1u) << "the product and rope_kv_write as one kernel";
+  // Positions that take one chunk, several, a stage boundary and more stages than a ring.
+  const std::vector<int32_t> steps = {40, 41, 63, 64, 65, 127, 128, 129, 200, 330};
+  // The history: random rows, but the rows the steps write stay poisoned until then.
+  auto reset_caches = [&] {
+    for (const TensorView* c : {&k_cache, &v_cache}) {
+      const auto values = testing::random_floats(static_cast<size_t>(kv_heads * ctx * hd), seed + 3, -1.0f, 1.0f);
+      std::vector<uint16_t> halves(values.size());
+      for (size_t i = 0; i < values.size(); ++i) halves[i] = f32_to_f16(values[i]);
+      c->view.write(halves.data(), halves.size() * 2);
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        for (int32_t position : steps) {
+          c->view.slice(static_cast<size_t>(h * ctx + position) * cache_row, cache_row).fill(testing::kPoisonByte);
+        }
+      }
+    }
+  };
+  auto replay = [&](CapturedGraph& g, int32_t position) {
+    const int32_t values[2] = {position + 1, position};
+    step.view.write(values, sizeof values);
+    attn.view.fill(testing::kPoisonByte);
+    g.run();
+    return testing::download_floats(attn);
+  };
+  std::vector<std::vector<float>> late_out;
+  reset_caches();
+  for (int32_t position : steps) late_out.push_back(replay(*late, position));
+  reset_caches();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const int32_t position = steps[i];
+    SCOPED_TRACE(::testing::Message() << "position " << position);
+    const std::vector<float> got = replay(*early, position);
+    EXPECT_EQ(got, late_out[i]) << "the history copied before the wait changes nothing";
+    // Float64 reference over the caches as they are now (only rows <= position are read).
+    const std::vector<float> q = testing::download_floats(slice(0, heads));
+    auto download_cache = [&](const TensorView& c) {
+      std::vector<uint16_t> halves(static_cast<size_t>(kv_heads * ctx * hd));
+      c.view.read(halves.data(), halves.size() * 2);
+      return halves;
+    };
+    const std::vector<uint16_t> kc = download_cache(k_cache), vc = download_cache(v_cache);
+    std::vector<double> want(static_cast<size_t>(heads * hd));
+    for (int32_t h = 0; h < heads; ++h) {
+      const int32_t g = h / (heads / kv_heads);
+      std::vector<double> score(static_cast<size_t>(position + 1));
+      double top = -INFINITY;
+      for (int32_t t = 0; t <= position; ++t) {
+        double dot = 0;
+        for (int32_t d = 0; d < hd; ++d) {
+          dot += static_cast<double>(q[static_cast<size_t>(h * hd + d)]) *
+                 f16_to_f32(kc[static_cast<size_t>((g * ctx + t) * hd + d)]);
+        }
+        score[static_cast<size_t>(t)] = dot * attention.scale;
+        top = std::max(top, score[static_cast<size_t>(t)]);
+      }
+      double total = 0;
+      for (double& e : score) total += (e = std::exp(e - top));
+      for (int32_t d = 0; d < hd; ++d) {
+        double sum = 0;
+        for (int32_t t = 0; t <= position; ++t) {
+          sum += score[static_cast<size_t>(t)] * f16_to_f32(vc[static_cast<size_t>((g * ctx + t) * hd + d)]);
+        }
+        want[static_cast<size_t>(h * hd + d)] = sum / total;
+      }
+    }
+    size_t worst = 0;
+    EXPECT_LE(testing::max_scaled_error(got, want, 1e-5, 1e-4, &worst), 1.0)
+        << "value " << worst << ": " << got[worst] << " vs " << want[worst];
+  }
+}
+
 // Products of many rows run as cuBLAS host entry points (gemm_*, captured into child
 // graphs). Two independent products, one that consumes the first, and a kernel after it:
 // every encoding (direct, recorded, dataflow, replayed) must give the direct launches'

@@ -130,7 +130,8 @@ std::vector<double> flash_reference(const std::vector<double>& q, const std::vec
 }
 
 void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, int64_t ctx,
-                      int32_t kv_length, DType cache_type, size_t prefetch_bytes = 0) {
+                      int32_t kv_length, DType cache_type, size_t prefetch_bytes = 0,
+                      ops::KvHistory history = ops::KvHistory::after_wait) {
   const ops::AttentionParams p = attention_params(heads, head_dim);
   const int64_t valid = std::clamp<int64_t>(kv_length, 0, ctx);
   TensorView q = c.random_input(DType::f32, {p.n_head, head_dim}, -3.0f, 3.0f);
@@ -142,7 +143,7 @@ void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, i
   BufferView scratch = c.scratch(ops::flash_decode_scratch_bytes(p.n_head, ctx, head_dim));
   // An L2 prefetch range (read-only data of later dispatches) changes nothing.
   const BufferView prefetch = prefetch_bytes > 0 ? c.scratch(prefetch_bytes) : BufferView{};
-  c.session().flash_decode(q, k, v, length, out, scratch, p, prefetch);
+  c.session().flash_decode(q, k, v, length, out, scratch, p, prefetch, history);
   c.run();
   c.expect_near(out, flash_reference(c.host(q), c.host(k), c.host(v), p, ctx, kv_length),
                 attention_tolerance());
@@ -178,6 +179,16 @@ ONEPASS_OP_CASES(attention) {
           cases.push_back(
               {cat("flash_decode/", ct, "/", heads.name, "_hd", hd, "/kv", kv_length, "_ctx", ctx),
                [=](OpContext& c) { run_flash_decode(c, heads, hd, ctx, kv_length, cache_type); }});
+          // The history (keys below kv_length - 1) copied before the CUDA kernel's PDL
+          // wait: alone in its pass, no dispatch before it writes the cache.
+          if (cache_type == DType::f16) {
+            cases.push_back({cat("flash_decode/", ct, "/", heads.name, "_hd", hd, "/kv", kv_length, "_ctx", ctx,
+                                 "_history_early"),
+                             [=](OpContext& c) {
+                               run_flash_decode(c, heads, hd, ctx, kv_length, cache_type, 0,
+                                                ops::KvHistory::before_wait);
+                             }});
+          }
         }
       }
       // Prefill: T queries at positions p0..p0+T-1, for every head configuration with one

@@ -25,6 +25,7 @@ namespace ops {
 struct SoftmaxParams;
 struct RopeParams;
 struct AttentionParams;
+enum class KvHistory : uint8_t;  // {} is after_wait
 struct MatmulIdParams;
 }  // namespace ops
 
@@ -167,11 +168,14 @@ class GraphSession {
   /// shared memory and scratch is checked but unused (kv_length is read there before the
   /// PDL wait, an early read: never launched early after a dispatch writing it).
   /// `prefetch_l2` (optional, read-only for the pass; ignored on the CPU): data that later
-  /// dispatches read, requested into the GPU's L2 while the attention runs.
+  /// dispatches read, requested into the GPU's L2 while the attention runs. `history`
+  /// (ignored on the CPU): whether the keys below kv_length - 1 may be read before the PDL
+  /// wait (ops::KvHistory::before_wait is the caller's promise about the dispatch before).
   void flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& kv_length, const TensorView& out,
                     const BufferView& scratch, const ops::AttentionParams& params,
-                    const BufferView& prefetch_l2 = {});
+                    const BufferView& prefetch_l2 = {},
+                    ops::KvHistory history = {});
   /// RoPE on q [tokens, n_head, head_dim] in place, and RoPE'd k and v [tokens, n_kv_head,
   /// head_dim] written into the caches at positions: rope + rope + kv_write + kv_write in
   /// one dispatch (the decode step's attention inputs).

@@ -10,6 +10,19 @@ namespace onepass::ops {
 /// Options of GraphSession::sdpa and flash_decode. Zero-initialised fields are invalid on
 /// purpose, so a forgotten field is an error rather than a silent wrong answer.
 /// Query head h reads KV head h / (n_head / n_kv_head) (grouped-query attention).
+/// When flash_decode's CUDA kernel may copy the cache's history, the keys below
+/// kv_length - 1. A PDL kernel starts while the dispatch before it runs, and every kernel
+/// lets its successor launch only after its own wait, so when flash_decode starts every
+/// dispatch but its predecessor has completed.
+enum class KvHistory : uint8_t {
+  /// After the kernel's PDL wait, like every other key: any dispatch may write any row.
+  after_wait,
+  /// Before the wait: the caller promises that the dispatch recorded just before this one
+  /// writes no cache row below kv_length - 1. A decode step's rope_kv_write (or kv_write)
+  /// writes only the token's own row, kv_length - 1, which is still copied after the wait.
+  before_wait,
+};
+
 struct AttentionParams {
   float scale = 0.0f;  // applied to q·k, usually 1/sqrt(head_dim)
   int32_t n_head = 0;
@@ -173,6 +186,9 @@ struct FlashDecodeArgs {
   int64_t prefetch_bytes;
   /// CUDA: fewest valid keys per chunk (flash_decode_used_chunks); 0 uses every chunk.
   int64_t chunk_keys;
+  /// CUDA: nonzero when the keys below kv_length - 1 may be copied before the kernel's PDL
+  /// wait (KvHistory::before_wait).
+  int32_t history_before_wait;
 };
 
 }  // namespace onepass::ops

@@ -155,10 +155,10 @@ struct WarpAttention {
   // Starts the copies of `count` K and V rows (count <= stage_keys) from the rows at
   // k_rows / v_rows into one ring slot: word c of the slot is word c % vecs of key c / vecs.
   __device__ __forceinline__ void issue(uint4* ring_k, uint4* ring_v, const S* k_rows,
-                                        const S* v_rows, int count, int lane) const {
+                                        const S* v_rows, int count, int lane, int from = 0) const {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-      if (copy_key[i] < count) {
+      if (copy_key[i] < count && copy_key[i] >= from) {
         copy_async_16(ring_k + lane + 32 * i, k_rows + copy_k[i]);
         copy_async_16(ring_v + lane + 32 * i, v_rows + copy_v[i]);
       }
@@ -284,16 +284,44 @@ struct StageCursor {
   __device__ __forceinline__ void advance(int stage_keys, int warps) { first += int64_t{warps} * stage_keys; }
 };
 
+// Starts the copies of a warp's first kStages - 1 stages of keys [begin, end), of the keys
+// below `held` only, one commit group per stage (empty where nothing is copied). The
+// cluster kernel runs it before its PDL wait: keys below `held` are rows that no dispatch
+// still running can write (FlashDecodeArgs::history_before_wait); attend_warps copies the
+// rest of these stages after the wait.
+template <DType C>
+__device__ __forceinline__ void attend_prologue(const WarpAttention<C>& w, const typename Elem<C>::storage* k,
+                                                const typename Elem<C>::storage* v, int64_t k_stride,
+                                                int64_t v_stride, int64_t begin, int64_t end, int64_t held,
+                                                AttentionShared& sh) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  StageCursor ahead{begin + int64_t{warp} * w.stage_keys};
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (ahead.first < end && ahead.first < held) {
+      const int64_t stop = end < held ? end : held;
+      const int count = static_cast<int>(stop - ahead.first < w.stage_keys ? stop - ahead.first : w.stage_keys);
+      w.issue(sh.ring_k(warp, t), sh.ring_v(warp, t), k + ahead.first * k_stride, v + ahead.first * v_stride,
+              count, lane);
+    }
+    cp_async_commit();
+    ahead.advance(w.stage_keys, warps);
+  }
+}
+
 // Every warp attends over its stages of keys [begin, end) of one KV head and leaves its
 // state (m, l, acc[0, head_dim)) in shared memory; ends with a barrier. Called by every
-// thread of the block.
+// thread of the block. Keys [begin, held) of the first kStages - 1 stages were copied by
+// attend_prologue (before the PDL wait, where allowed); the rest are copied here.
 // w: planned (WarpAttention::plan) for this lane.
 template <DType C>
 __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q_row,
                                              const typename Elem<C>::storage* k,
                                              const typename Elem<C>::storage* v, int64_t k_stride,
                                              int64_t v_stride, int64_t begin, int64_t end,
-                                             float scale, AttentionShared& sh) {
+                                             float scale, AttentionShared& sh, int64_t held) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int warps = static_cast<int>(blockDim.x) >> 5;
@@ -303,18 +331,27 @@ __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q
   auto count_of = [&](int64_t first) {
     return static_cast<int>(end - first < w.stage_keys ? end - first : w.stage_keys);
   };
-  // Only warp-level synchronisation from here to the final barrier. One commit group per
-  // stage (empty past the last), so wait_group<kStages - 1> means "stage t has landed".
-  StageCursor ahead{begin + int64_t{warp} * w.stage_keys};
+  // The keys of the first kStages - 1 stages that attend_prologue left (from `held` on),
+  // in one more commit group, which the first stage then waits for too.
+  bool held_copies = false;
+  if (held < end) {
+    StageCursor first{begin + int64_t{warp} * w.stage_keys};
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
-    if (ahead.first < end) {
-      w.issue(sh.ring_k(warp, t), sh.ring_v(warp, t), k + ahead.first * k_stride,
-              v + ahead.first * v_stride, count_of(ahead.first), lane);
+    for (int t = 0; t < kStages - 1; ++t) {
+      if (first.first < end && first.first + w.stage_keys > held) {
+        const int from = held > first.first ? static_cast<int>(held - first.first) : 0;
+        w.issue(sh.ring_k(warp, t), sh.ring_v(warp, t), k + first.first * k_stride,
+                v + first.first * v_stride, count_of(first.first), lane, from);
+        held_copies = true;
+      }
+      first.advance(w.stage_keys, warps);
     }
-    cp_async_commit();
-    ahead.advance(w.stage_keys, warps);
+    if (held_copies) cp_async_commit();
   }
+  // One commit group per stage from here (empty past the last), so after stage t's own
+  // commit wait_group<kStages - 1> means "stage t has landed" (for t = 0 with the held
+  // copies one group more is newer than stage 0's: wait_group<kStages - 2>).
+  StageCursor ahead{begin + int64_t{warp} * w.stage_keys + int64_t{kStages - 1} * warps * w.stage_keys};
   StageCursor stage{begin + int64_t{warp} * w.stage_keys};
   for (int t = 0; stage.first < end; ++t) {
     // Refills the slot read in iteration t - 1 (every lane passed that iteration's
@@ -326,7 +363,11 @@ __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q
     }
     cp_async_commit();
     ahead.advance(w.stage_keys, warps);
-    cp_async_wait<kStages - 1>();
+    if (t == 0 && held_copies) {
+      cp_async_wait<kStages - 2>();
+    } else {
+      cp_async_wait<kStages - 1>();
+    }
     __syncwarp();  // every lane's copies of stage t are visible to the warp
     const int count = count_of(stage.first);
     w.fold(sh.ring_k(warp, t % kStages), sh.ring_v(warp, t % kStages), count, scale);
@@ -410,7 +451,16 @@ struct AttendPlan {
   using S = typename Elem<C>::storage;
   bool fits;     // head_dim <= kMaxHeadDim; else run() does nothing (no barrier)
   bool vectors;  // attend_warps (with w planned), else attend_warps_scalar
+  int64_t held;  // keys [begin, held) were copied by prologue(), the rest are run()'s
   WarpAttention<C> w;
+
+  // Copies the first stages' keys below `below` (attend_prologue); before run(), and
+  // before the PDL wait where those keys allow it.
+  __device__ __forceinline__ void prologue(const S* k, const S* v, int64_t k_stride, int64_t v_stride,
+                                           int64_t begin, int64_t end, int64_t below, AttentionShared& sh) {
+    held = below;
+    if (vectors) attend_prologue<C>(w, k, v, k_stride, v_stride, begin, end, below, sh);
+  }
 
   __device__ __forceinline__ void make(const S* k, const S* v, int64_t k_stride, int64_t v_stride, int64_t head_dim) {
     constexpr int kVec = 16 / sizeof(S);
@@ -427,7 +477,7 @@ struct AttendPlan {
                                       int64_t begin, int64_t end, float scale, int64_t head_dim, AttentionShared& sh) {
     if (!fits) return false;
     if (vectors) {
-      attend_warps<C>(w, q_row, k, v, k_stride, v_stride, begin, end, scale, sh);
+      attend_warps<C>(w, q_row, k, v, k_stride, v_stride, begin, end, scale, sh, held);
     } else {
       attend_warps_scalar<C>(q_row, k, v, k_stride, v_stride, begin, end, scale, static_cast<int>(head_dim), sh);
     }
@@ -442,6 +492,7 @@ __device__ __forceinline__ bool attend(const float* q_row, const typename Elem<C
                                        int64_t head_dim, AttentionShared& sh) {
   AttendPlan<C> plan;
   plan.make(k, v, k_stride, v_stride, head_dim);
+  plan.prologue(k, v, k_stride, v_stride, begin, end, begin, sh);  // every copy after the wait
   return plan.run(q_row, k, v, k_stride, v_stride, begin, end, scale, head_dim, sh);
 }
 
@@ -607,6 +658,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   plan.make(k, v, a.k_stride, a.v_stride, a.head_dim);
   prefetch_share(a);
   if (chunk >= used) return;  // no keys: nothing to hand over
+  // The cache's history (keys below length - 1) may be copied before the wait when the
+  // caller says no dispatch still running writes it; the token's own key, length - 1, is
+  // the predecessor's (a decode step's rope_kv_write): after the wait. H100 decode after
+  // 16 tokens, side by side: smollm2 2,678-2,681 -> 2,716-2,719, llama-1b q4_0 2,040 -> 2,048.
+  plan.prologue(k, v, a.k_stride, a.v_stride, begin, end, a.history_before_wait ? length - 1 : begin, sh);
   pdl_wait();
   // Every thread of a block with keys reaches its barriers (no early return).
   float max = -INFINITY;

@@ -41,12 +41,15 @@ struct Elem<DType::bf16> {
 
 /// Programmatic dependent launch. Every kernel registered with `pdl = true` calls this
 /// before touching global memory that another dispatch of the pass may write. Before it a
-/// kernel may only prefetch into L2, or load what its dispatch declares as early_reads (the
-/// backend then never launches it early after a kernel writing those): it waits until the
-/// predecessor grids have completed and
+/// kernel may only prefetch into L2, load what its dispatch declares as early_reads (the
+/// backend then never launches it early after a kernel writing those), or load what its op
+/// lets the caller promise the predecessor does not write (flash_decode's
+/// ops::KvHistory::before_wait). It waits until the predecessor grids have completed and
 /// their writes are visible, then lets the next kernel in the chain be launched, so that
 /// kernel's launch and prologue overlap this one's execution (it will in turn wait here
-/// for this grid to complete). No-ops when the kernel was not launched with PDL.
+/// for this grid to complete). Since no kernel lets its successor launch before its own
+/// wait, every dispatch but the predecessor has completed when a kernel starts. No-ops
+/// when the kernel was not launched with PDL.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
