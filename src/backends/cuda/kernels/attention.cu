@@ -155,10 +155,10 @@ struct WarpAttention {
   // Starts the copies of `count` K and V rows (count <= stage_keys) from the rows at
   // k_rows / v_rows into one ring slot: word c of the slot is word c % vecs of key c / vecs.
   __device__ __forceinline__ void issue(uint4* ring_k, uint4* ring_v, const S* k_rows,
-                                        const S* v_rows, int count, int lane, int from = 0) const {
+                                        const S* v_rows, int count, int lane) const {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-      if (copy_key[i] < count && copy_key[i] >= from) {
+      if (copy_key[i] < count) {
         copy_async_16(ring_k + lane + 32 * i, k_rows + copy_k[i]);
         copy_async_16(ring_v + lane + 32 * i, v_rows + copy_v[i]);
       }
@@ -285,10 +285,10 @@ struct StageCursor {
 };
 
 // Starts the copies of a warp's first kStages - 1 stages of keys [begin, end), of the keys
-// below `held` only, one commit group per stage (empty where nothing is copied). The
-// cluster kernel runs it before its PDL wait: keys below `held` are rows that no dispatch
-// still running can write (FlashDecodeArgs::history_before_wait); attend_warps copies the
-// rest of these stages after the wait.
+// below `held` only, one commit group per stage (empty where nothing is copied). `held`
+// is end, or end - 1 when the cluster kernel runs this before its PDL wait: the keys
+// below it are rows that no dispatch still running can write
+// (FlashDecodeArgs::history_before_wait), and attend_warps copies the last after the wait.
 template <DType C>
 __device__ __forceinline__ void attend_prologue(const WarpAttention<C>& w, const typename Elem<C>::storage* k,
                                                 const typename Elem<C>::storage* v, int64_t k_stride,
@@ -314,7 +314,7 @@ __device__ __forceinline__ void attend_prologue(const WarpAttention<C>& w, const
 // Every warp attends over its stages of keys [begin, end) of one KV head and leaves its
 // state (m, l, acc[0, head_dim)) in shared memory; ends with a barrier. Called by every
 // thread of the block. Keys [begin, held) of the first kStages - 1 stages were copied by
-// attend_prologue (before the PDL wait, where allowed); the rest are copied here.
+// attend_prologue (before the PDL wait, where allowed); held is end or end - 1.
 // w: planned (WarpAttention::plan) for this lane.
 template <DType C>
 __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q_row,
@@ -331,22 +331,25 @@ __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q
   auto count_of = [&](int64_t first) {
     return static_cast<int>(end - first < w.stage_keys ? end - first : w.stage_keys);
   };
-  // The keys of the first kStages - 1 stages that attend_prologue left (from `held` on),
-  // in one more commit group, which the first stage then waits for too.
-  bool held_copies = false;
+  // attend_prologue leaves at most one key, the range's last (held = end - 1, the token's
+  // own row): when it lies in one of the first kStages - 1 stages, its K and V words go
+  // into their places in the slot (word c of a slot is word c % vecs of key c / vecs) in
+  // one more commit group, which the first stage then waits for too.
+  bool held_copy = false;
   if (held < end) {
-    StageCursor first{begin + int64_t{warp} * w.stage_keys};
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
-      if (first.first < end && first.first + w.stage_keys > held) {
-        const int from = held > first.first ? static_cast<int>(held - first.first) : 0;
-        w.issue(sh.ring_k(warp, t), sh.ring_v(warp, t), k + first.first * k_stride,
-                v + first.first * v_stride, count_of(first.first), lane, from);
-        held_copies = true;
+      const int64_t first = begin + int64_t{warp + warps * t} * w.stage_keys;
+      if (held >= first && held < first + w.stage_keys) {  // the same for the whole warp
+        const int word = static_cast<int>(held - first) * w.vecs + lane;
+        if (lane < w.vecs) {
+          copy_async_16(sh.ring_k(warp, t) + word, k + held * k_stride + lane * kVec);
+          copy_async_16(sh.ring_v(warp, t) + word, v + held * v_stride + lane * kVec);
+        }
+        held_copy = true;
       }
-      first.advance(w.stage_keys, warps);
     }
-    if (held_copies) cp_async_commit();
+    if (held_copy) cp_async_commit();
   }
   // One commit group per stage from here (empty past the last), so after stage t's own
   // commit wait_group<kStages - 1> means "stage t has landed" (for t = 0 with the held
@@ -363,7 +366,7 @@ __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q
     }
     cp_async_commit();
     ahead.advance(w.stage_keys, warps);
-    if (t == 0 && held_copies) {
+    if (t == 0 && held_copy) {
       cp_async_wait<kStages - 2>();
     } else {
       cp_async_wait<kStages - 1>();
@@ -451,11 +454,11 @@ struct AttendPlan {
   using S = typename Elem<C>::storage;
   bool fits;     // head_dim <= kMaxHeadDim; else run() does nothing (no barrier)
   bool vectors;  // attend_warps (with w planned), else attend_warps_scalar
-  int64_t held;  // keys [begin, held) were copied by prologue(), the rest are run()'s
+  int64_t held;  // keys [begin, held) of the first stages were copied by prologue(): end or end - 1
   WarpAttention<C> w;
 
-  // Copies the first stages' keys below `below` (attend_prologue); before run(), and
-  // before the PDL wait where those keys allow it.
+  // Copies the first stages' keys below `below` (attend_prologue: end, or end - 1 before
+  // a PDL wait whose predecessor writes that key); before run().
   __device__ __forceinline__ void prologue(const S* k, const S* v, int64_t k_stride, int64_t v_stride,
                                            int64_t begin, int64_t end, int64_t below, AttentionShared& sh) {
     held = below;
@@ -492,7 +495,7 @@ __device__ __forceinline__ bool attend(const float* q_row, const typename Elem<C
                                        int64_t head_dim, AttentionShared& sh) {
   AttendPlan<C> plan;
   plan.make(k, v, k_stride, v_stride, head_dim);
-  plan.prologue(k, v, k_stride, v_stride, begin, end, begin, sh);  // every copy after the wait
+  plan.prologue(k, v, k_stride, v_stride, begin, end, end, sh);
   return plan.run(q_row, k, v, k_stride, v_stride, begin, end, scale, head_dim, sh);
 }
 
@@ -662,8 +665,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   // caller says no dispatch still running writes it; the token's own key, length - 1, is
   // the predecessor's (a decode step's rope_kv_write): after the wait. H100 decode after
   // 16 tokens, side by side: smollm2 2,678-2,681 -> 2,716-2,719, llama-1b q4_0 2,040 -> 2,048.
-  plan.prologue(k, v, a.k_stride, a.v_stride, begin, end, a.history_before_wait ? length - 1 : begin, sh);
-  pdl_wait();
+  // (Or every copy after the wait: then the wait comes first. Either way one copy of the
+  // code, and the whole block takes the same branch.)
+  const bool early = a.history_before_wait != 0;
+  if (!early) pdl_wait();
+  plan.prologue(k, v, a.k_stride, a.v_stride, begin, end, early && length - 1 < end ? length - 1 : end, sh);
+  if (early) pdl_wait();
   // Every thread of a block with keys reaches its barriers (no early return).
   float max = -INFINITY;
   float total = 0.0f;  // 0: no valid key, an empty partial whose acc is never read
