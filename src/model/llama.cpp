@@ -58,6 +58,7 @@ struct LlamaModel::Buffers {
   TensorView next_token;                                 // i32 [1]
   TensorView history;  // i32 [context + 1]: token at each position, as fed on the device
   BufferView flash_scratch;
+  TensorView rope_cos_sin;  // decode: f32 [rope_dims], the token's (cos, sin) per RoPE pair
 
   TensorView ids(int64_t n) const {
     return TensorView(step_dev.slice(4, static_cast<size_t>(n) * 4), DType::i32, Shape{n});
@@ -267,6 +268,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
   buffers->next_token = b.alloc_tensor(DType::i32, Shape{1});
   buffers->history = b.alloc_tensor(DType::i32, Shape{ctx + 1});
   buffers->flash_scratch = b.alloc(ops::flash_decode_scratch_bytes(c.heads, ctx, c.head_dim));
+  buffers->rope_cos_sin = b.alloc_tensor(DType::f32, Shape{c.rope_dims});
   buffers_ = std::move(buffers);
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
@@ -336,6 +338,7 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
   attention.n_kv_head = static_cast<int32_t>(c.kv_heads);
   attention.head_dim = static_cast<int32_t>(hd);
 
+  int64_t li = 0;  // layer index
   for (const LayerWeights& w : layers_) {
     s.rms_norm(x, w.attn_norm, xn, c.norm_eps);
     TensorView q, k, v;
@@ -364,7 +367,14 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
       v = b.v.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
     }
     if (options_.fused_ops) {
-      s.rope_kv_write(q, k, v, w.k_cache, w.v_cache, positions, rope);
+      // One token: the first layer stores the token's (cos, sin) per pair, the others load
+      // them (powf and sincosf once per token, not per layer).
+      ops::RopeParams layer_rope = rope;
+      if (decode_step) {
+        layer_rope.cos_sin = b.rope_cos_sin;
+        layer_rope.cos_sin_use = li == 0 ? ops::RopeCosSin::store : ops::RopeCosSin::load;
+      }
+      s.rope_kv_write(q, k, v, w.k_cache, w.v_cache, positions, layer_rope);
     } else {
       s.rope(q, q, positions, rope);
       s.rope(k, k, positions, rope);
@@ -411,6 +421,7 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
     }
     run_linear(s, act, w.down, proj);
     s.add(x, proj, x);
+    ++li;
   }
   // Only the last token's logits are needed.
   const TensorView last = x.rows_slice(n - 1, 1);

@@ -131,8 +131,9 @@ std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispat
   if (m.m != 1 || r.tokens != 1 || hd % 2 != 0 || m.n != q_dim + 2 * kv_dim || r.cache_stride != hd) return std::nullopt;
   if (r.q != m.out || r.k != m.out + q_dim || r.v != m.out + q_dim + kv_dim) return std::nullopt;
   if (r.q_stride != hd || r.k_stride != hd || r.v_stride != hd) return std::nullopt;
-  mv->args.rope = MatvecRope{r.positions, r.freq_factors, r.k_cache,     r.v_cache, r.n_head,     r.n_kv_head,
-                             hd,          r.ctx,          r.rotary_dims, r.theta,   r.freq_scale, *cache};
+  mv->args.rope = MatvecRope{r.positions, r.freq_factors, r.k_cache,     r.v_cache,     r.n_head,
+                             r.n_kv_head, hd,             r.ctx,         r.rotary_dims, r.theta,
+                             r.freq_scale, *cache,        r.cos_sin_out, r.cos_sin_in};
   return fused_dispatch(*mv, matmul);
 }
 

@@ -38,6 +38,14 @@ void GraphSession::rope_kv_write(const TensorView& q, const TensorView& k, const
   check(rotary > 0 && rotary % 2 == 0 && rotary <= head_dim, op, "rotary dims ", rotary,
         " must be even and at most head_dim ", head_dim);
   check(params.theta > 0, op, "theta must be positive");
+  const bool cos_sin = params.cos_sin_use != ops::RopeCosSin::none;
+  if (cos_sin) {
+    require_data(params.cos_sin, op, "cos_sin");
+    require_dtype(params.cos_sin, DType::f32, op, "cos_sin");
+    check(tokens == 1, op, "cos_sin is for one token, got ", tokens);
+    check(params.cos_sin.numel() == rotary && params.cos_sin.contiguous(), op, "cos_sin has ",
+          params.cos_sin.numel(), " values, expected rotary_dims = ", rotary);
+  }
   if (params.freq_factors.view) {
     require_dtype(params.freq_factors, DType::f32, op, "freq_factors");
     check(params.freq_factors.numel() == rotary / 2, op, "freq_factors has ", params.freq_factors.numel(),
@@ -63,6 +71,8 @@ void GraphSession::rope_kv_write(const TensorView& q, const TensorView& k, const
   a.rotary_dims = rotary;
   a.theta = params.theta;
   a.freq_scale = params.freq_scale;
+  if (params.cos_sin_use == ops::RopeCosSin::store) a.cos_sin_out = static_cast<float*>(params.cos_sin.data());
+  if (params.cos_sin_use == ops::RopeCosSin::load) a.cos_sin_in = static_cast<const float*>(params.cos_sin.data());
   const bool neox = params.layout == ops::RopeLayout::neox;
   const Kernel& kernel = backend().registry().get(
       cat(neox ? "rope_kv_write_neox_" : "rope_kv_write_", dtype_name(k_cache.dtype)));
@@ -75,6 +85,11 @@ void GraphSession::rope_kv_write(const TensorView& q, const TensorView& k, const
   Dispatch d(kernel, dims, a, OpKind::rope, op);
   d.read(q).read(k).read(v).read(positions).write(q).write(k_cache).write(v_cache);
   if (params.freq_factors.view) d.read(params.freq_factors);
+  // With loaded angles, a Q/K/V product with this op folded in reads them and the position
+  // before its PDL wait (early reads: the backend never launches it early after a dispatch
+  // writing them; in a decode step both come from far earlier dispatches).
+  if (params.cos_sin_use == ops::RopeCosSin::store) d.write(params.cos_sin);
+  if (params.cos_sin_use == ops::RopeCosSin::load) d.read_early(params.cos_sin).read_early(positions);
   d.moved_bytes = 2 * q.span_bytes() + k.span_bytes() + v.span_bytes() +
                   2 * static_cast<uint64_t>(tokens * n_kv_head) * dtype_bytes(k_cache.dtype, head_dim);
   dispatch(std::move(d));

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <tuple>
 
 #include "onepass/exec/captured_graph.h"
@@ -434,50 +436,72 @@ TEST(CudaFusion, QkvProductWithRopeAndCacheWriteMatchesTheUnfusedSequence) {
     for (DType cache_type : {DType::f16, DType::f32, DType::bf16}) {
       for (int32_t position : {5, 15, 16}) {
         for (int32_t rotary : {0, 32}) {
-          SCOPED_TRACE(::testing::Message() << dtype_name(type) << " cache " << dtype_name(cache_type) << " position "
-                                            << position << " rotary " << rotary);
-          TensorView x = poisoned_tensor(*backend, Shape{1, k});
-          testing::upload_floats(x, testing::random_floats(static_cast<size_t>(k), seed + 1, -2.0f, 2.0f));
-          TensorView w = random_weights(*backend, type, n, k, seed + 3);
-          TensorView qkv = poisoned_tensor(*backend, Shape{1, n});
-          TensorView positions(backend->alloc(4), DType::i32, Shape{1}, 4);
-          positions.view.write(&position, 4);
-          const uint64_t cache_row = static_cast<uint64_t>(hd) * dtype_size(cache_type);
-          auto cache = [&] {
-            return TensorView(backend->alloc(cache_row * static_cast<uint64_t>(kv_heads * ctx)), cache_type,
-                              Shape{kv_heads, ctx, hd}, cache_row);
-          };
-          TensorView k_cache = cache(), v_cache = cache();
-          ops::RopeParams rope;
-          rope.rotary_dims = rotary;
-          rope.theta = 10000.0f;
-          auto slice = [&](int64_t from, int64_t heads_in) {
-            return TensorView(qkv.view.slice(static_cast<size_t>(from) * 4, static_cast<size_t>(heads_in * hd) * 4),
-                              DType::f32, Shape{1, heads_in, hd});
-          };
-          auto run = [&](bool fuse) {
-            for (const TensorView* t : {&qkv, &k_cache, &v_cache}) t->view.fill(testing::kPoisonByte);
-            GraphSession s = exec.begin_recorded();
-            s.matmul(x, w, qkv);
-            s.rope_kv_write(slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads),
-                            k_cache, v_cache, positions, rope);
-            const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
-            if (fuse) {
-              EXPECT_EQ(stats.fusions, 1u);
+          for (ops::RopeCosSin use : {ops::RopeCosSin::none, ops::RopeCosSin::store, ops::RopeCosSin::load}) {
+            SCOPED_TRACE(::testing::Message() << dtype_name(type) << " cache " << dtype_name(cache_type) << " position "
+                                              << position << " rotary " << rotary << " cos_sin use "
+                                              << static_cast<int>(use));
+            TensorView x = poisoned_tensor(*backend, Shape{1, k});
+            testing::upload_floats(x, testing::random_floats(static_cast<size_t>(k), seed + 1, -2.0f, 2.0f));
+            TensorView w = random_weights(*backend, type, n, k, seed + 3);
+            TensorView qkv = poisoned_tensor(*backend, Shape{1, n});
+            TensorView positions(backend->alloc(4), DType::i32, Shape{1}, 4);
+            positions.view.write(&position, 4);
+            const uint64_t cache_row = static_cast<uint64_t>(hd) * dtype_size(cache_type);
+            auto cache = [&] {
+              return TensorView(backend->alloc(cache_row * static_cast<uint64_t>(kv_heads * ctx)), cache_type,
+                                Shape{kv_heads, ctx, hd}, cache_row);
+            };
+            TensorView k_cache = cache(), v_cache = cache();
+            ops::RopeParams rope;
+            rope.rotary_dims = rotary;
+            rope.theta = 10000.0f;
+            // The token's (cos, sin) per pair: stored by the op, or loaded (arbitrary values).
+            const int64_t rotated = rotary == 0 ? hd : rotary;
+            TensorView cos_sin = poisoned_tensor(*backend, Shape{1, rotated});
+            const auto given = testing::random_floats(static_cast<size_t>(rotated), seed + 5, -1.0f, 1.0f);
+            if (use != ops::RopeCosSin::none) {
+              rope.cos_sin = cos_sin.reshaped(Shape{rotated});
+              rope.cos_sin_use = use;
             }
-            std::vector<uint8_t> kc(k_cache.view.size()), vc(v_cache.view.size());
-            k_cache.view.read(kc.data(), kc.size());
-            v_cache.view.read(vc.data(), vc.size());
-            return std::tuple{testing::download_floats(qkv), kc, vc};
-          };
-          const auto [plain_qkv, plain_k, plain_v] = run(false);
-          const auto [fused_qkv, fused_k, fused_v] = run(true);
-          EXPECT_EQ(fused_qkv, plain_qkv) << "q rotated in place, k and v as computed";
-          EXPECT_EQ(fused_k, plain_k) << "k cache";
-          EXPECT_EQ(fused_v, plain_v) << "v cache";
-          if (position >= ctx) {
-            EXPECT_TRUE(std::all_of(fused_k.begin(), fused_k.end(), [](uint8_t b) { return b == testing::kPoisonByte; }))
-                << "a position outside the cache writes nothing";
+            auto slice = [&](int64_t from, int64_t heads_in) {
+              return TensorView(qkv.view.slice(static_cast<size_t>(from) * 4, static_cast<size_t>(heads_in * hd) * 4),
+                                DType::f32, Shape{1, heads_in, hd});
+            };
+            auto run = [&](bool fuse) {
+              for (const TensorView* t : {&qkv, &k_cache, &v_cache, &cos_sin}) t->view.fill(testing::kPoisonByte);
+              if (use == ops::RopeCosSin::load) testing::upload_floats(cos_sin, given);
+              GraphSession s = exec.begin_recorded();
+              s.matmul(x, w, qkv);
+              s.rope_kv_write(slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads),
+                              k_cache, v_cache, positions, rope);
+              const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
+              if (fuse) {
+                EXPECT_EQ(stats.fusions, 1u);
+              }
+              std::vector<uint8_t> kc(k_cache.view.size()), vc(v_cache.view.size());
+              k_cache.view.read(kc.data(), kc.size());
+              v_cache.view.read(vc.data(), vc.size());
+              std::vector<uint8_t> cs(cos_sin.view.size());
+              cos_sin.view.read(cs.data(), cs.size());
+              return std::tuple{testing::download_floats(qkv), kc, vc, cs};
+            };
+            const auto [plain_qkv, plain_k, plain_v, plain_cs] = run(false);
+            const auto [fused_qkv, fused_k, fused_v, fused_cs] = run(true);
+            EXPECT_EQ(fused_qkv, plain_qkv) << "q rotated in place, k and v as computed";
+            EXPECT_EQ(fused_k, plain_k) << "k cache";
+            EXPECT_EQ(fused_v, plain_v) << "v cache";
+            EXPECT_EQ(fused_cs, plain_cs) << "the stored (cos, sin), or the loaded ones untouched";
+            if (use == ops::RopeCosSin::store) {
+              std::vector<float> stored(fused_cs.size() / 4);  // poison reads as NaN
+              std::memcpy(stored.data(), fused_cs.data(), fused_cs.size());
+              EXPECT_TRUE(std::all_of(stored.begin(), stored.end(), [](float v) { return std::isfinite(v); }))
+                  << "every pair's (cos, sin) stored";
+            }
+            if (position >= ctx) {
+              const auto poisoned = [](uint8_t b) { return b == testing::kPoisonByte; };
+              EXPECT_TRUE(std::all_of(fused_k.begin(), fused_k.end(), poisoned))
+                  << "a position outside the cache writes nothing";
+            }
           }
         }
       }

@@ -19,18 +19,21 @@ struct RopeKvCase {
 };
 
 // angle = p * freq_scale * theta^(-2i / rotary) / factor_i, rotation of pairs; f64.
+// `given`: (cos, sin) per pair to rotate by instead (RopeCosSin::load).
 void rotate(std::vector<double>& v, size_t base, int64_t head_dim, int64_t rotary, double position, bool neox,
-            const std::vector<double>* factors) {
+            const std::vector<double>* factors, const std::vector<double>* given = nullptr) {
   (void)head_dim;
   const int64_t half = rotary / 2;
   for (int64_t i = 0; i < half; ++i) {
     double angle = position * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rotary));
     if (factors) angle /= (*factors)[static_cast<size_t>(i)];
+    const double c = given ? (*given)[static_cast<size_t>(2 * i)] : std::cos(angle);
+    const double s = given ? (*given)[static_cast<size_t>(2 * i + 1)] : std::sin(angle);
     const size_t i0 = base + static_cast<size_t>(neox ? i : 2 * i);
     const size_t i1 = base + static_cast<size_t>(neox ? i + half : 2 * i + 1);
     const double x0 = v[i0], x1 = v[i1];
-    v[i0] = x0 * std::cos(angle) - x1 * std::sin(angle);
-    v[i1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+    v[i0] = x0 * c - x1 * s;
+    v[i1] = x0 * s + x1 * c;
   }
 }
 
@@ -43,8 +46,20 @@ ONEPASS_OP_CASES(rope_kv) {
       {"prefill_partial", 7, 6, 2, 80, 48, false, false, DType::f32},
       {"prefill_bf16", 5, 4, 4, 128, 0, true, false, DType::bf16},
   };
+  // One token's (cos, sin) per pair stored as computed, or loaded instead of computed.
+  std::vector<std::pair<RopeKvCase, ops::RopeCosSin>> runs;
   for (const RopeKvCase& s : shapes) {
-    cases.push_back({cat("rope_kv_write/", s.name), [=](OpContext& c) {
+    runs.push_back({s, ops::RopeCosSin::none});
+    if (s.tokens == 1) {
+      runs.push_back({s, ops::RopeCosSin::store});
+      runs.push_back({s, ops::RopeCosSin::load});
+    }
+  }
+  for (const auto& [s, use] : runs) {
+    const char* suffix = use == ops::RopeCosSin::store  ? "_store_cos_sin"
+                         : use == ops::RopeCosSin::load ? "_load_cos_sin"
+                                                        : "";
+    cases.push_back({cat("rope_kv_write/", s.name, suffix), [=](OpContext& c) {
       const int64_t ctx = 40;
       TensorView q = c.random_input(DType::f32, {s.tokens, s.heads, s.head_dim});
       TensorView k = c.random_input(DType::f32, {s.tokens, s.kv_heads, s.head_dim});
@@ -66,6 +81,14 @@ ONEPASS_OP_CASES(rope_kv) {
         p.freq_factors = c.random_input(DType::f32, {rotary / 2}, 1.0f, 8.0f);
         factor_values = c.host(p.freq_factors);
       }
+      std::vector<double> given;  // RopeCosSin::load: arbitrary values, not unit rotations
+      if (use != ops::RopeCosSin::none) {
+        p.cos_sin = use == ops::RopeCosSin::load ? c.random_input(DType::f32, {rotary}, -1.0f, 1.0f)
+                                                 : c.output(DType::f32, {rotary});
+        p.cos_sin_use = use;
+        if (use == ops::RopeCosSin::load) given = c.host(p.cos_sin);
+      }
+      const std::vector<double>* g = use == ops::RopeCosSin::load ? &given : nullptr;
       const std::vector<double> q0 = c.host(q);
       std::vector<double> want_q = q0, want_k = c.host(k), want_kc = c.host(kc), want_vc = c.host(vc);
       const std::vector<double>& vv = c.host(v);
@@ -75,10 +98,12 @@ ONEPASS_OP_CASES(rope_kv) {
       for (int64_t t = 0; t < s.tokens; ++t) {
         const double position = pos[static_cast<size_t>(t)];
         for (int64_t h = 0; h < s.heads; ++h) {
-          rotate(want_q, static_cast<size_t>((t * s.heads + h) * s.head_dim), s.head_dim, rotary, position, s.neox, f);
+          const auto base = static_cast<size_t>((t * s.heads + h) * s.head_dim);
+          rotate(want_q, base, s.head_dim, rotary, position, s.neox, f, g);
         }
         for (int64_t h = 0; h < s.kv_heads; ++h) {
-          rotate(want_k, static_cast<size_t>((t * s.kv_heads + h) * s.head_dim), s.head_dim, rotary, position, s.neox, f);
+          const auto base = static_cast<size_t>((t * s.kv_heads + h) * s.head_dim);
+          rotate(want_k, base, s.head_dim, rotary, position, s.neox, f, g);
         }
         if (position < 0 || position >= static_cast<double>(ctx)) continue;
         for (int64_t h = 0; h < s.kv_heads; ++h) {
@@ -96,6 +121,16 @@ ONEPASS_OP_CASES(rope_kv) {
       const Tolerance cache_tol = tolerance(s.cache, 1e-6, angle_tol + 1e-6);
       c.expect_near(kc, want_kc, cache_tol, "k_cache");
       c.expect_near(vc, want_vc, cache_tol, "v_cache");
+      if (use == ops::RopeCosSin::store) {
+        std::vector<double> want_cs(static_cast<size_t>(rotary));
+        for (int64_t i = 0; i < rotary / 2; ++i) {
+          double angle = pos[0] * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rotary));
+          if (f) angle /= (*f)[static_cast<size_t>(i)];
+          want_cs[static_cast<size_t>(2 * i)] = std::cos(angle);
+          want_cs[static_cast<size_t>(2 * i + 1)] = std::sin(angle);
+        }
+        c.expect_near(p.cos_sin, want_cs, Tolerance{angle_tol + 1e-6, 1e-6}, "cos_sin");
+      }
     }});
   }
 }

@@ -75,7 +75,9 @@ struct MatvecRope {
   int32_t rotary_dims;
   float theta;
   float freq_scale;
-  DType cache_type;  // f32, f16 or bf16
+  DType cache_type;         // f32, f16 or bf16
+  float* cos_sin_out;       // rope_kv_write's RopeCosSin::store: (cos, sin) per pair, else null
+  const float* cos_sin_in;  // RopeCosSin::load: read before the PDL wait, else null
 };
 /// With `rope`, out ends as rope_kv_write leaves the product's output: q rotated in place,
 /// k and v as computed; the rotated k and v go to the caches at the token's position (not

@@ -14,6 +14,19 @@ enum class RopeLayout : int32_t {
   neox,    // pairs (i, i + rotary_dims/2) (NeoX, Qwen2, MLX/HF checkpoints)
 };
 
+/// What rope_kv_write does with RopeParams::cos_sin (one token only).
+enum class RopeCosSin : uint8_t {
+  none,
+  /// Computes the angles as usual and also stores pair i's (cos, sin) at cos_sin[2i],
+  /// cos_sin[2i + 1].
+  store,
+  /// Rotates with the (cos, sin) found in cos_sin instead of computing them: the caller
+  /// promises that an earlier dispatch of the pass stored them for the same position and
+  /// parameters (a decode step's first layer stores them, the other layers load them:
+  /// powf and sincosf once per token instead of once per layer).
+  load,
+};
+
 /// Options of GraphSession::rope. Pair i (0 <= i < rotary_dims/2) at position p turns by
 ///   angle = p * freq_scale * theta^(-2i / rotary_dims) / freq_factors[i].
 /// Dimensions from rotary_dims to head_dim pass through unchanged.
@@ -23,6 +36,10 @@ struct RopeParams {
   float theta = 10000.0f;   // frequency base
   TensorView freq_factors;  // optional f32 [rotary_dims/2]; a view without buffer = none
   float freq_scale = 1.0f;  // linear position scaling
+  /// rope_kv_write of one token only: f32 [rotary_dims] (cos, sin) per pair, used as
+  /// cos_sin_use says (RopeCosSin); a view without buffer = none.
+  TensorView cos_sin;
+  RopeCosSin cos_sin_use = RopeCosSin::none;
 };
 
 /// Kernels rope_<T> (normal layout) and rope_neox_<T> (x and out share T, f32/f16/bf16).
@@ -75,6 +92,8 @@ struct RopeKvArgs {
   int32_t rotary_dims;
   float theta;
   float freq_scale;
+  float* cos_sin_out;       // RopeCosSin::store, else null
+  const float* cos_sin_in;  // RopeCosSin::load, else null
 };
 
 }  // namespace onepass::ops

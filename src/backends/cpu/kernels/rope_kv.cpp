@@ -22,12 +22,21 @@ void rope_kv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t
     if (token >= a.tokens) break;
     const int32_t position = a.positions[token];
     for (int64_t i = 0; i < half; ++i) {
+      if (a.cos_sin_in != nullptr) {  // RopeCosSin::load (one token)
+        cosines[static_cast<size_t>(i)] = a.cos_sin_in[2 * i];
+        sines[static_cast<size_t>(i)] = a.cos_sin_in[2 * i + 1];
+        continue;
+      }
       const float exponent = -static_cast<float>(2 * i) / static_cast<float>(a.rotary_dims);
       float inv_freq = std::pow(a.theta, exponent) * a.freq_scale;
       if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
       const float angle = static_cast<float>(position) * inv_freq;
       cosines[static_cast<size_t>(i)] = std::cos(angle);
       sines[static_cast<size_t>(i)] = std::sin(angle);
+      if (a.cos_sin_out != nullptr) {  // RopeCosSin::store (one token)
+        a.cos_sin_out[2 * i] = cosines[static_cast<size_t>(i)];
+        a.cos_sin_out[2 * i + 1] = sines[static_cast<size_t>(i)];
+      }
     }
     auto rotate = [&](const float* x, auto&& put) {
       for (int64_t i = 0; i < half; ++i) {

@@ -420,8 +420,13 @@ __device__ __forceinline__ int32_t rope_position(const MvFusion& f) { return f.r
 // and offset come from one 32-bit division (j0 < n fits; the 64-bit remainders and
 // quotients this took before are ~100-instruction subroutines each, on every warp's last
 // store), and its cos and sin are computed here, after the warp's sums.
+//
+// With RopeCosSin::load (r.cos_sin_in) the pair's cos and sin are the stored ones: from
+// `loaded` (the warp's first pair, copied into its slot) or from memory; no powf or
+// sincosf runs. With RopeCosSin::store (r.cos_sin_out) the first q head's pairs store
+// theirs.
 __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const ops::MatvecRope& r, int64_t j0, float v0,
-                                              float v1, int32_t position) {
+                                              float v1, int32_t position, const float2* loaded = nullptr) {
   const uint32_t head_dim = static_cast<uint32_t>(r.head_dim);
   const uint32_t index = static_cast<uint32_t>(j0) / head_dim;  // head of [q | k | v]
   const uint32_t d = static_cast<uint32_t>(j0) - index * head_dim;
@@ -429,7 +434,17 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
   const uint32_t kv_end = n_head + static_cast<uint32_t>(r.n_kv_head);  // first v head
   float y0 = v0, y1 = v1;
   if (index < kv_end && d < static_cast<uint32_t>(r.rotary_dims)) {
-    rope_apply(v0, v1, rope_cos_sin(position, d / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors), y0, y1);
+    float2 cs;
+    if (r.cos_sin_in != nullptr) {
+      cs = loaded != nullptr ? *loaded : make_float2(r.cos_sin_in[d], r.cos_sin_in[d + 1]);
+    } else {
+      cs = rope_cos_sin(position, d / 2, r.rotary_dims, r.theta, r.freq_scale, r.freq_factors);
+      if (r.cos_sin_out != nullptr && index == 0) {
+        r.cos_sin_out[d] = cs.x;
+        r.cos_sin_out[d + 1] = cs.y;
+      }
+    }
+    rope_apply(v0, v1, cs, y0, y1);
   }
   const bool is_q = index < n_head;
   a.out[j0] = is_q ? y0 : v0;
@@ -450,16 +465,18 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
 
 // The fused epilogue of row m of x, run by one lane with the warp's two sums: out[m, j]
 // (+ residual), or silu(gate) * up, or RoPE and the KV-cache writes.
+// have_pair: residual_pair holds the pair's residual. rope_cs: with RoPE, the pair's
+// stored (cos, sin) where the caller has them (mv1_finish_rows' first pair), else null.
 __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, int64_t j0,
                                              float v0, float v1, int32_t position, float2 residual_pair = {},
-                                             bool have_pair = false) {
+                                             bool have_pair = false, const float2* rope_cs = nullptr) {
   if (f.silu) {
     if (j0 >= a.n) return;
     float v = v0 / (1.0f + __expf(-v0)) * v1;
     if (f.residual) v += have_pair ? residual_pair.x : f.residual[m * f.residual_stride + j0];
     a.out[m * a.out_stride + j0] = v;
   } else if (f.rope) {
-    mv_store_rope(a, *f.rope, j0, v0, v1, position);
+    mv_store_rope(a, *f.rope, j0, v0, v1, position, rope_cs);
   } else {
 #pragma unroll
     for (int r = 0; r < kMvRowsPerWarp; ++r) {
@@ -751,22 +768,68 @@ struct Mv1Done {
 // 2425 / 2104 / 1673 / 1277 -> 2471 / 2104 / 1713 / 1275. RoPE's inverse frequency taken
 // before the PDL wait instead measured 2497 / 2088 / 1691 / 1227: a product after one that
 // fills the SMs (llama-1b's down) cannot start early, so its pre-wait work is on the chain.
-using Mv1FirstSlots = float2[kMv1MaxSlots];
+// .x, .y: the residual pair, or RoPE's stored (cos, sin) (RopeCosSin::load); .z: the
+// token's position (int bits) with RoPE.
+using Mv1FirstSlots = float4[kMv1MaxSlots];
 
-// The storer's copy request, after x is staged: slot.y = the position, or slot = the
-// residual pair. The warp's first output is computed again from %ctaid.x (volatile: not
-// merged with the kernel's first reading), so that no register holds it through the x
-// staging (ptxas kept it in local memory, reloaded here).
-__device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a, const MvFusion& f,
-                                                       const Mv1Shape& sh, float2& slot) {
-  if (sh.lane != 0 || sh.part != 0 || (f.rope == nullptr && f.residual == nullptr)) return;
+// The warp's first output, computed again from %ctaid.x (volatile: not merged with the
+// kernel's first reading), so that no register holds it through the x staging (ptxas kept
+// it in local memory).
+__device__ __forceinline__ int mv1_first_output(const MvFusion& f, const Mv1Shape& sh) {
   uint32_t block;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));
-  const int first = (static_cast<int>(block) * sh.slots + sh.slot) * (f.silu ? 1 : kMvRowsPerWarp);
+  return (static_cast<int>(block) * sh.slots + sh.slot) * (f.silu ? 1 : kMvRowsPerWarp);
+}
+
+// The storer's copies of its first pair's RoPE inputs: the token's position into slot.z
+// and, with the angles loaded (RopeCosSin::load), the pair's stored (cos, sin) into .x, .y,
+// so that neither powf and sincosf nor a load lies between the warp's sums and its stores.
+__device__ __forceinline__ void mv1_rope_inputs_copy(const ops::MatmulArgs& a, const MvFusion& f, int first,
+                                                     float4& slot) {
+  const ops::MatvecRope& r = *f.rope;
+  const uint32_t at = ptx::smem_addr(&slot);
+  ptx::cp_async4(at + 8, r.positions);
+  const uint32_t d = static_cast<uint32_t>(first) % static_cast<uint32_t>(r.head_dim);
+  if (r.cos_sin_in != nullptr && d < static_cast<uint32_t>(r.rotary_dims)) {  // v pairs are never rotated
+    ptx::cp_async4(at, r.cos_sin_in + d);
+    ptx::cp_async4(at + 4, r.cos_sin_in + d + 1);
+  }
+}
+
+// Before the PDL wait, with RoPE's angles loaded (the position and the angles are then
+// early reads of the dispatch): mv1_rope_inputs_copy. The decode step's layers after the
+// first load their angles (RopeCosSin): H100 decode after 16 tokens, side by side,
+// smollm2 2,712-2,713 -> 2,795-2,798 tok/s (+3.1%), llama-1b q4_0 / q8_0 / f16 unchanged
+// (2,048 / 1,624 / 1,053). In mv1_quant_body only (smollm2's products, whose blocks start
+// well before their wait): the bulk and dense bodies copy after the staging, as with the
+// copies before the wait there too llama-1b measured 2,008 / 1,586 / 1,031 (its products
+// start when the down product that fills the SMs ends).
+__device__ __forceinline__ void mv1_rope_angles_request(const ops::MatmulArgs& a, const MvFusion& f,
+                                                        const Mv1Shape& sh, float4& slot) {
+  if (f.rope == nullptr || f.rope->cos_sin_in == nullptr || sh.lane != 0 || sh.part != 0) return;
+  const int first = mv1_first_output(f, sh);
+  if (first >= a.n) return;
+  mv1_rope_inputs_copy(a, f, first, slot);
+  ptx::cp_async_commit();
+}
+
+// The storer's copy request, after x is staged: its RoPE inputs, or slot.x, .y = the
+// residual pair. kRopeRequested: the body calls mv1_rope_angles_request, so with the
+// angles loaded they are copied already, and otherwise only the position is left.
+template <bool kRopeRequested>
+__device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a, const MvFusion& f,
+                                                       const Mv1Shape& sh, float4& slot) {
+  if (sh.lane != 0 || sh.part != 0 || (f.rope == nullptr && f.residual == nullptr)) return;
+  if (kRopeRequested && f.rope != nullptr && f.rope->cos_sin_in != nullptr) return;
+  const int first = mv1_first_output(f, sh);
   if (first >= a.n) return;
   const uint32_t at = ptx::smem_addr(&slot);
   if (f.rope != nullptr) {
-    ptx::cp_async4(at + 4, f.rope->positions);
+    if constexpr (kRopeRequested) {
+      ptx::cp_async4(at + 8, f.rope->positions);
+    } else {
+      mv1_rope_inputs_copy(a, f, first, slot);
+    }
   } else {
     ptx::cp_async4(at, f.residual + first);
     if (!f.silu && first + 1 < a.n) ptx::cp_async4(at + 4, f.residual + first + 1);
@@ -774,9 +837,8 @@ __device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a,
   ptx::cp_async_commit();
 }
 
-// At the storer's first store: the warp's slot, once its copy has landed (the first pair's
-// residual, or the token's position in .y).
-__device__ __forceinline__ float2 mv1_first_pair(const float2& slot) {
+// At the storer's first store: the warp's slot, once its copies have landed.
+__device__ __forceinline__ float4 mv1_first_pair(const float4& slot) {
   ptx::cp_async_wait<0>();
   return slot;
 }
@@ -787,7 +849,7 @@ __device__ __forceinline__ float2 mv1_first_pair(const float2& slot) {
 // first_slot: the warp's Mv1FirstSlots entry, read by lane 0 in the first pass.
 __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const MvFusion& f, const Mv1Shape& sh,
                                                 Mv1Done& done, Mv1PartSums& part_sums, int& parity, int next,
-                                                int step, float x_scale, bool& first_pass, const float2& first_slot) {
+                                                int step, float x_scale, bool& first_pass, const float4& first_slot) {
   if (sh.parts > 1) {
 #pragma unroll 1
     for (int i = 0; i < done.count; ++i) mv1_add_parts(part_sums, sh, parity, i, done.v0, done.v1);
@@ -795,9 +857,11 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
   if (sh.part == 0 && sh.lane < done.count) {
     const int j0 = next - (done.count - sh.lane) * step;
     const bool is_first = first_pass && sh.lane == 0;
-    const float2 pair = is_first ? mv1_first_pair(first_slot) : make_float2(1.0f, 0.0f);
+    const float4 slot = is_first ? mv1_first_pair(first_slot) : make_float4(1.0f, 0.0f, 0.0f, 0.0f);
+    const float2 pair = make_float2(slot.x, slot.y);  // the residual pair, or the stored (cos, sin)
     mv_store_row(a, f, 0, j0, done.v0 * x_scale, done.v1 * x_scale,
-                 is_first && f.rope ? __float_as_int(pair.y) : rope_position(f), pair, is_first);
+                 is_first && f.rope ? __float_as_int(slot.z) : rope_position(f), pair, is_first,
+                 is_first ? reinterpret_cast<const float2*>(&first_slot) : nullptr);
   }
   if (done.count > 0) first_pass = false;
   done.count = 0;
@@ -887,9 +951,10 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   const bool early_w = x_path == Mv1XPath::deferred_norm;
   float4 norm_w[kXBatch];
   mv1_norm_weight_before_wait(a, f, early_w, norm_w);
+  mv1_rope_angles_request(a, f, sh, first_slots[sh.slot]);
   pdl_wait();
   const float x_scale = mv1_quantize_x(a, f, x_path, inv_rms, scratch, xs, norm_w, early_w);
-  mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
+  mv1_first_pair_request<true>(a, f, sh, first_slots[sh.slot]);
 
   int j0 = first, c = 0, parity = 0;
   Mv1Done done;
@@ -1009,7 +1074,7 @@ __device__ __forceinline__ void mv1_bulk_body(const ops::MatmulArgs& a, const Mv
   const Mv1XPath x_path = mv1_x_path(a, f);
   pdl_wait();
   const float x_scale = mv1_quantize_x(a, f, x_path, inv_rms, scratch, xs);
-  mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
+  mv1_first_pair_request<false>(a, f, sh, first_slots[sh.slot]);
 
   int j0 = first, c = 0, parity = 0;
   Mv1Done done;
@@ -1564,7 +1629,7 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
   mv1_norm_weight_before_wait(a, f, early_w, norm_w);
   pdl_wait();
   const float x_scale = mv1_stage_x_f32(a, f, x_path, xs, inv_rms, scratch, norm_w, early_w);
-  mv1_first_pair_request(a, f, sh, first_slots[sh.slot]);
+  mv1_first_pair_request<false>(a, f, sh, first_slots[sh.slot]);
 
   int j0 = first, c = 0, parity = 0;
   Mv1Done done;

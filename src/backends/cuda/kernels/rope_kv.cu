@@ -33,7 +33,15 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
       const int64_t i1 = kNeox ? i + half : 2 * i + 1;
       const float* x = is_q ? q : k;
       float y0, y1;
-      rope_apply(x[i0], x[i1], rope_cos_sin(position, i, a.rotary_dims, a.theta, a.freq_scale, a.freq_factors), y0, y1);
+      // RopeCosSin::load: the stored angles; ::store: the first q head's block stores them.
+      const float2 cs = a.cos_sin_in != nullptr
+                            ? make_float2(a.cos_sin_in[2 * i], a.cos_sin_in[2 * i + 1])
+                            : rope_cos_sin(position, i, a.rotary_dims, a.theta, a.freq_scale, a.freq_factors);
+      if (a.cos_sin_out != nullptr && row == 0) {
+        a.cos_sin_out[2 * i] = cs.x;
+        a.cos_sin_out[2 * i + 1] = cs.y;
+      }
+      rope_apply(x[i0], x[i1], cs, y0, y1);
       if (is_q) {
         q[i0] = y0;
         q[i1] = y1;
