@@ -97,7 +97,9 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
       for (const MemRange& r : consumer.reads) {
         if (!r.overlaps(w)) fused->reads.push_back(r);
       }
-      fused->early_reads = producer->early_reads;
+      // The rule's own early reads (what the fused kernel reads before its wait), then both
+      // dispatches'.
+      fused->early_reads.insert(fused->early_reads.end(), producer->early_reads.begin(), producer->early_reads.end());
       fused->early_reads.insert(fused->early_reads.end(), consumer.early_reads.begin(), consumer.early_reads.end());
       fused->writes = consumer.writes;
       if (rule.keeps_intermediate) fused->writes.insert(fused->writes.begin(), w);

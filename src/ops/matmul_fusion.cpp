@@ -88,7 +88,16 @@ std::optional<Dispatch> fuse_matvec_add(const Dispatch& matmul, const Dispatch& 
   mv->args.residual_stride = residual_stride;
   mv->args.mm.out = static_cast<float*>(b.out);
   mv->args.mm.out_stride = b.out_stride;
-  return fused_dispatch(*mv, matmul);
+  // The residual is an early read (the kernels may load it before their PDL wait): the
+  // backend then never launches the product early after a dispatch writing it. In a
+  // decode step it was written two or three dispatches before (by the layer's previous
+  // residual product).
+  mv->args.residual_before_wait = 1;
+  Dispatch fused = fused_dispatch(*mv, matmul);
+  const auto begin = reinterpret_cast<uint64_t>(residual);
+  fused.early_reads.push_back(
+      MemRange{begin, begin + static_cast<uint64_t>(((m.m - 1) * residual_stride + m.n) * 4)});
+  return fused;
 }
 
 // mv -> [gate | up]; silu_mul(gate, up) -> out  ==>  mv with rows j and j + n paired.

@@ -509,6 +509,47 @@ TEST(CudaFusion, QkvProductWithRopeAndCacheWriteMatchesTheUnfusedSequence) {
   }
 }
 
+// What the fused kernels read before their PDL wait must be declared (early_reads), so
+// that the backend never launches them early after a dispatch writing it: the residual of
+// a product fused with its add, and rope_kv_write's loaded angles and position.
+TEST(CudaFusion, ResidualAndLoadedAnglesAreEarlyReads) {
+  REQUIRE_GPU();
+  GraphExecutor exec(backend);
+  const int64_t n = 64, k = 256, hd = 16;
+  TensorView x = poisoned_tensor(*backend, Shape{1, k});
+  TensorView w = random_weights(*backend, DType::q4_1, n, k, 7);
+  TensorView tmp = poisoned_tensor(*backend, Shape{1, n});
+  TensorView residual = poisoned_tensor(*backend, Shape{1, n});
+  auto contains = [](const std::vector<MemRange>& ranges, const MemRange& r) {
+    return std::any_of(ranges.begin(), ranges.end(), [&](const MemRange& e) { return e.contains(r); });
+  };
+  {
+    GraphSession s = exec.begin_recorded();
+    s.matmul(x, w, tmp);
+    s.add(tmp, residual, residual);
+    ComputeGraph g = s.take_graph();
+    ASSERT_EQ(g.fuse(backend->fusion_rules(), backend->registry()), 1u);
+    const Dispatch& fused = *as_dispatch(g.nodes().back());
+    EXPECT_TRUE(contains(fused.early_reads, residual.range())) << "the residual";
+    EXPECT_FALSE(contains(fused.early_reads, x.range())) << "x is the predecessor's: after the wait";
+  }
+  {
+    TensorView q = poisoned_tensor(*backend, Shape{1, 2, hd}), kv = poisoned_tensor(*backend, Shape{1, 1, hd});
+    TensorView cache = poisoned_tensor(*backend, Shape{1, 8, hd}), v_cache = poisoned_tensor(*backend, Shape{1, 8, hd});
+    TensorView positions(backend->alloc(4), DType::i32, Shape{1}, 4);
+    TensorView cos_sin = poisoned_tensor(*backend, Shape{1, hd});
+    ops::RopeParams rope;
+    rope.cos_sin = cos_sin.reshaped(Shape{hd});
+    rope.cos_sin_use = ops::RopeCosSin::load;
+    GraphSession s = exec.begin_recorded();
+    s.rope_kv_write(q, kv, kv, cache, v_cache, positions, rope);
+    ComputeGraph g = s.take_graph();
+    const Dispatch& d = *as_dispatch(g.nodes().back());
+    EXPECT_TRUE(contains(d.early_reads, cos_sin.range())) << "the loaded angles";
+    EXPECT_TRUE(contains(d.early_reads, positions.range())) << "the position";
+  }
+}
+
 // A decode step's Q/K/V product (rope_kv_write folded in) and then flash_decode, replayed
 // as one graph with PDL for a growing cache: with ops::KvHistory::before_wait the
 // attention copies the rows below kv_length - 1 before its PDL wait, while the product

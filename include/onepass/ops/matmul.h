@@ -91,6 +91,9 @@ struct FusedMatvecArgs {
   const float* residual;
   int64_t residual_stride;
   MatvecRope rope;
+  /// Nonzero when the residual is an early read of the dispatch (matvec+add declares it):
+  /// CUDA kernels may then load it before their PDL wait.
+  int32_t residual_before_wait;
 };
 
 /// The op uses mv_* up to this many rows of x, mm_* beyond.

@@ -37,6 +37,7 @@ struct MvFusion {
   const float* residual = nullptr;
   int64_t residual_stride = 0;
   const ops::MatvecRope* rope = nullptr;  // one token's Q/K/V: RoPE and KV-cache writes
+  bool residual_before_wait = false;      // FusedMatvecArgs::residual_before_wait
 };
 
 __device__ __forceinline__ float4 load4(const float* p, bool vec) {
@@ -804,28 +805,40 @@ __device__ __forceinline__ void mv1_rope_inputs_copy(const ops::MatmulArgs& a, c
 // well before their wait): the bulk and dense bodies copy after the staging, as with the
 // copies before the wait there too llama-1b measured 2,008 / 1,586 / 1,031 (its products
 // start when the down product that fills the SMs ends).
-__device__ __forceinline__ void mv1_rope_angles_request(const ops::MatmulArgs& a, const MvFusion& f,
-                                                        const Mv1Shape& sh, float4& slot) {
-  if (f.rope == nullptr || f.rope->cos_sin_in == nullptr || sh.lane != 0 || sh.part != 0) return;
+//
+// Likewise the first pair's residual when it is an early read (residual_before_wait: the
+// product's residual was written two or three dispatches before it in a decode step).
+__device__ __forceinline__ bool mv1_first_pair_early(const MvFusion& f) {
+  return f.rope != nullptr ? f.rope->cos_sin_in != nullptr : f.residual != nullptr && f.residual_before_wait;
+}
+__device__ __forceinline__ void mv1_first_pair_request_before_wait(const ops::MatmulArgs& a, const MvFusion& f,
+                                                                   const Mv1Shape& sh, float4& slot) {
+  if (!mv1_first_pair_early(f) || sh.lane != 0 || sh.part != 0) return;
   const int first = mv1_first_output(f, sh);
   if (first >= a.n) return;
-  mv1_rope_inputs_copy(a, f, first, slot);
+  if (f.rope != nullptr) {
+    mv1_rope_inputs_copy(a, f, first, slot);
+  } else {
+    const uint32_t at = ptx::smem_addr(&slot);
+    ptx::cp_async4(at, f.residual + first);
+    if (!f.silu && first + 1 < a.n) ptx::cp_async4(at + 4, f.residual + first + 1);
+  }
   ptx::cp_async_commit();
 }
 
 // The storer's copy request, after x is staged: its RoPE inputs, or slot.x, .y = the
-// residual pair. kRopeRequested: the body calls mv1_rope_angles_request, so with the
-// angles loaded they are copied already, and otherwise only the position is left.
-template <bool kRopeRequested>
+// residual pair. kRequested: the body calls mv1_first_pair_request_before_wait, so what
+// that copies is there already, and with RoPE otherwise only the position is left.
+template <bool kRequested>
 __device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a, const MvFusion& f,
                                                        const Mv1Shape& sh, float4& slot) {
   if (sh.lane != 0 || sh.part != 0 || (f.rope == nullptr && f.residual == nullptr)) return;
-  if (kRopeRequested && f.rope != nullptr && f.rope->cos_sin_in != nullptr) return;
+  if (kRequested && mv1_first_pair_early(f)) return;
   const int first = mv1_first_output(f, sh);
   if (first >= a.n) return;
   const uint32_t at = ptx::smem_addr(&slot);
   if (f.rope != nullptr) {
-    if constexpr (kRopeRequested) {
+    if constexpr (kRequested) {
       ptx::cp_async4(at + 8, f.rope->positions);
     } else {
       mv1_rope_inputs_copy(a, f, first, slot);
@@ -951,7 +964,7 @@ __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const M
   const bool early_w = x_path == Mv1XPath::deferred_norm;
   float4 norm_w[kXBatch];
   mv1_norm_weight_before_wait(a, f, early_w, norm_w);
-  mv1_rope_angles_request(a, f, sh, first_slots[sh.slot]);
+  mv1_first_pair_request_before_wait(a, f, sh, first_slots[sh.slot]);
   pdl_wait();
   const float x_scale = mv1_quantize_x(a, f, x_path, inv_rms, scratch, xs, norm_w, early_w);
   mv1_first_pair_request<true>(a, f, sh, first_slots[sh.slot]);
@@ -1690,8 +1703,8 @@ __global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_den
 }
 
 __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
-  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.residual, f.residual_stride,
-                  f.rope.positions != nullptr ? &f.rope : nullptr};
+  return MvFusion{f.norm_weight, f.eps,         f.silu != 0, f.residual, f.residual_stride,
+                  f.rope.positions != nullptr ? &f.rope : nullptr, f.residual_before_wait != 0};
 }
 
 // The mv1 body of weight type W: dense (16-byte words) or block format.
