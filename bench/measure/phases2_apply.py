@@ -7,9 +7,16 @@ here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.abspath(os.path.join(here, '..', '..')) + '/'
 K = root + 'src/backends/cuda/kernels/'
 shutil.copy(os.path.join(here, 'exp_trace_phases2.cuh'), K + 'exp_trace.cuh')
-subprocess.check_call(['git', 'apply', '--include=src/backends/cuda/kernels/attention.cu',
-                       '--include=tools/onepass/bench.cpp', 'bench/measure/timeline.patch'], cwd=root)
+# timeline.patch's hunk for the cluster kernel's wait no longer applies (session 24 moved the
+# wait below the history's prologue): --reject keeps the others, and the stamp is put after
+# the wait here.
+subprocess.call(['git', 'apply', '--reject', '--include=src/backends/cuda/kernels/attention.cu',
+                 '--include=tools/onepass/bench.cpp', 'bench/measure/timeline.patch'], cwd=root)
+if os.path.exists(K + 'attention.cu.rej'):
+    os.remove(K + 'attention.cu.rej')
 a = open(K + 'attention.cu').read()
+if '  if (early) pdl_wait();\n  EXP_TRACE_AT(1);' not in a:
+    a = a.replace('  if (early) pdl_wait();\n', '  if (early) pdl_wait();\n  EXP_TRACE_AT(1);\n', 1)
 a = a.replace('  ptx::mbarrier_wait_phase0(ptx::smem_addr(&slots_full));  // the others\' slots have landed\n',
               '  ptx::mbarrier_wait_phase0(ptx::smem_addr(&slots_full));  // the others\' slots have landed\n  EXP_TRACE_AT(3);\n', 1)
 a = a.replace('  cluster.barrier_wait();\n  if (chunk != 0) {', '  cluster.barrier_wait();\n  EXP_TRACE_AT(4);\n  if (chunk != 0) {', 1)

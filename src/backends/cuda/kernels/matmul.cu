@@ -807,7 +807,8 @@ __device__ __forceinline__ void mv1_rope_inputs_copy(const ops::MatmulArgs& a, c
 // start when the down product that fills the SMs ends).
 //
 // Likewise the first pair's residual when it is an early read (residual_before_wait: the
-// product's residual was written two or three dispatches before it in a decode step).
+// product's residual was written two or three dispatches before it in a decode step):
+// smollm2 2,809-2,813 -> 2,848-2,849 (+1.3%), llama-1b unchanged.
 __device__ __forceinline__ bool mv1_first_pair_early(const MvFusion& f) {
   return f.rope != nullptr ? f.rope->cos_sin_in != nullptr : f.residual != nullptr && f.residual_before_wait;
 }
