@@ -36,6 +36,8 @@ void GraphSession::rope(const TensorView& x, const TensorView& out, const Tensor
   check(std::isfinite(params.theta) && params.theta > 0.0f, op,
         "theta must be finite and > 0, got ", params.theta);
   check(std::isfinite(params.freq_scale), op, "freq_scale must be finite, got ", params.freq_scale);
+  check(params.cos_sin_use == ops::RopeCosSin::none, op,
+        "cos_sin is rope_kv_write's (one token's stored angles); rope computes its own");
   // In place is allowed only as exactly the same tensor: a partial overlap would let one
   // token's rotation read another's already rotated values.
   const bool in_place = out.data() == x.data() && out.row_stride == x.row_stride;

@@ -159,6 +159,13 @@ TEST(RopeValidation, RejectsBadArguments) {
   expect_op_error("rope", rope(0, {3, 2, 64}, 4, 0));      // one position per token
   expect_op_error("rope", rope(32, {3, 2, 64}, 3, 32));    // rotary_dims / 2 factors
   expect_op_error("rope", rope(0, {6, 64}, 6, 0));         // [tokens, heads, head_dim]
+  expect_op_error("rope", [](GraphSession& s, Backend& b) {  // stored angles are rope_kv_write's
+    TensorView x = b.alloc_tensor(DType::f32, {1, 2, 64});
+    ops::RopeParams p;
+    p.cos_sin = b.alloc_tensor(DType::f32, {64});
+    p.cos_sin_use = ops::RopeCosSin::store;
+    s.rope(x, x, b.alloc_tensor(DType::i32, {1}), p);
+  });
   expect_op_error("rope", [](GraphSession& s, Backend& b) {
     // out overlaps x shifted by one row: neither in place nor disjoint
     TensorView all = b.alloc_tensor(DType::f32, {4, 2, 64});
@@ -166,6 +173,38 @@ TEST(RopeValidation, RejectsBadArguments) {
     TensorView out = all.rows_slice(2, 6).reshaped({3, 2, 64});
     s.rope(x, out, b.alloc_tensor(DType::i32, {3}), {});
   });
+}
+
+// rope_kv_write's stored or loaded angles (RopeParams::cos_sin): one token, f32
+// [rotary_dims], a buffer when used.
+TEST(RopeKvValidation, RejectsBadCosSin) {
+  struct Setup {
+    int64_t tokens = 1;
+    DType type = DType::f32;
+    int64_t values = 32;  // rotary_dims 32 of a 64-value head
+    bool buffer = true;
+  };
+  auto write = [](Setup u) {
+    return [=](GraphSession& s, Backend& b) {
+      const int64_t t = u.tokens;
+      ops::RopeParams p;
+      p.rotary_dims = 32;
+      if (u.buffer) p.cos_sin = b.alloc_tensor(u.type, {u.values});
+      p.cos_sin_use = ops::RopeCosSin::load;
+      s.rope_kv_write(b.alloc_tensor(DType::f32, {t, 4, 64}), b.alloc_tensor(DType::f32, {t, 2, 64}),
+                      b.alloc_tensor(DType::f32, {t, 2, 64}), b.alloc_tensor(DType::f16, {2, 16, 64}),
+                      b.alloc_tensor(DType::f16, {2, 16, 64}), b.alloc_tensor(DType::i32, {t}), p);
+    };
+  };
+  {  // the valid call
+    GraphExecutor executor(cpu_backend());
+    GraphSession session = executor.begin();
+    EXPECT_NO_THROW(write({})(session, executor.backend()));
+  }
+  expect_op_error("rope_kv_write", write({.tokens = 2}));        // one token's angles
+  expect_op_error("rope_kv_write", write({.type = DType::f16}));  // f32
+  expect_op_error("rope_kv_write", write({.values = 64}));        // rotary_dims values
+  expect_op_error("rope_kv_write", write({.buffer = false}));     // a buffer to use
 }
 
 }  // namespace onepass::testing
