@@ -797,6 +797,14 @@ __device__ __forceinline__ void mv1_rope_inputs_copy(const ops::MatmulArgs& a, c
   }
 }
 
+// The storer's copy of its first pair's residual into slot.x, .y.
+__device__ __forceinline__ void mv1_residual_copy(const ops::MatmulArgs& a, const MvFusion& f, int first,
+                                                  float4& slot) {
+  const uint32_t at = ptx::smem_addr(&slot);
+  ptx::cp_async4(at, f.residual + first);
+  if (!f.silu && first + 1 < a.n) ptx::cp_async4(at + 4, f.residual + first + 1);
+}
+
 // Before the PDL wait, with RoPE's angles loaded (the position and the angles are then
 // early reads of the dispatch): mv1_rope_inputs_copy. The decode step's layers after the
 // first load their angles (RopeCosSin): H100 decode after 16 tokens, side by side,
@@ -820,9 +828,7 @@ __device__ __forceinline__ void mv1_first_pair_request_before_wait(const ops::Ma
   if (f.rope != nullptr) {
     mv1_rope_inputs_copy(a, f, first, slot);
   } else {
-    const uint32_t at = ptx::smem_addr(&slot);
-    ptx::cp_async4(at, f.residual + first);
-    if (!f.silu && first + 1 < a.n) ptx::cp_async4(at + 4, f.residual + first + 1);
+    mv1_residual_copy(a, f, first, slot);
   }
   ptx::cp_async_commit();
 }
@@ -837,16 +843,14 @@ __device__ __forceinline__ void mv1_first_pair_request(const ops::MatmulArgs& a,
   if (kRequested && mv1_first_pair_early(f)) return;
   const int first = mv1_first_output(f, sh);
   if (first >= a.n) return;
-  const uint32_t at = ptx::smem_addr(&slot);
   if (f.rope != nullptr) {
     if constexpr (kRequested) {
-      ptx::cp_async4(at + 8, f.rope->positions);
+      ptx::cp_async4(ptx::smem_addr(&slot) + 8, f.rope->positions);
     } else {
       mv1_rope_inputs_copy(a, f, first, slot);
     }
   } else {
-    ptx::cp_async4(at, f.residual + first);
-    if (!f.silu && first + 1 < a.n) ptx::cp_async4(at + 4, f.residual + first + 1);
+    mv1_residual_copy(a, f, first, slot);
   }
   ptx::cp_async_commit();
 }
