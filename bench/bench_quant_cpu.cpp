@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "onepass/ops/ops.h"
 #include "onepass/backends/factory.h"
 #include "onepass/exec/captured_graph.h"
 #include "onepass/exec/graph_session.h"
@@ -137,9 +138,9 @@ Weights clone(Backend& backend, const Weights& src) {
 void emit(GraphSession& s, const Format& f, const TensorView& x, const Weights& w,
           const TensorView& out) {
   if (f.affine) {
-    s.matmul_affine(x, w.w, w.scales, w.biases, out, f.affine_format);
+    ops::matmul_affine(s, x, w.w, w.scales, w.biases, out, f.affine_format);
   } else {
-    s.matmul(x, w.w, out);
+    ops::matmul(s, x, w.w, out);
   }
 }
 
@@ -164,7 +165,6 @@ double replay_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
 // Seconds per call of the kernel run directly on this thread (no pool, no dispatch).
 double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, const TensorView& x,
                       const Weights& w, const TensorView& out, int64_t n, int64_t k) {
-  const LaunchDims dims = ops::matmul_launch_dims(BackendKind::cpu, true, 1, n);
   if (f.affine) {
     ops::AffineMatmulArgs a{};
     a.x = static_cast<const float*>(x.data());
@@ -180,8 +180,11 @@ double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
     a.scale_stride = w.scales.cols();
     a.bias_stride = w.biases.cols();
     a.out_stride = n;
-    const Kernel& kernel = backend->registry().get(ops::affine_kernel_name(true, f.affine_format));
-    return median_seconds([&] { kernel.cpu(&a, dims, 0, dims.grid.count()); }, 3, 15);
+    a.bits = f.affine_format.bits;
+    a.group_size = f.affine_format.group_size;
+    KernelRequest r{"matmul_affine", f.affine_format.scale_type, f.affine_format.scale_type, 1, n, &a, sizeof(a)};
+    const KernelChoice c = backend->choose_kernel(r);
+    return median_seconds([&] { c.kernel->cpu(&a, c.dims, 0, c.dims.grid.count()); }, 3, 15);
   }
   ops::MatmulArgs a{};
   a.x = static_cast<const float*>(x.data());
@@ -193,8 +196,9 @@ double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
   a.x_stride = k;
   a.w_row_bytes = static_cast<int64_t>(w.w.row_stride);
   a.out_stride = n;
-  const Kernel& kernel = backend->registry().get(cat("mv_", dtype_name(f.type), "_f32"));
-  return median_seconds([&] { kernel.cpu(&a, dims, 0, dims.grid.count()); }, 3, 15);
+  KernelRequest r{"matmul", f.type, f.type, 1, n, &a, sizeof(a)};
+  const KernelChoice c = backend->choose_kernel(r);
+  return median_seconds([&] { c.kernel->cpu(&a, c.dims, 0, c.dims.grid.count()); }, 3, 15);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ CapturedGraph::CapturedGraph(Backend& backend, ComputeGraph graph, const Capture
   if (o.dump_graph) std::fputs(graph_.dump("captured: recorded").c_str(), stderr);
   const TraceRange range("onepass.capture");
   if (options.fuse && o.fuse) {
-    stats_.fusions = graph_.fuse(backend.fusion_rules(), backend.registry());
+    stats_.fusions = graph_.fuse(backend.fusion_rules(), backend);
     if (o.dump_graph) std::fputs(graph_.dump("captured: after fuse").c_str(), stderr);
   }
   if (options.encoding == GraphEncoding::barriers && options.reorder && o.reorder &&

@@ -14,7 +14,6 @@ uint64_t ns_since(std::chrono::steady_clock::time_point t) {
           .count());
 }
 
-enum Encoding { kSequential = 0, kBarriers = 1, kDualBuffer = 2, kDataflow = 3 };
 
 }  // namespace
 
@@ -140,14 +139,27 @@ void GraphSession::dump_group_stats() const {
 
 void GraphSession::keep(const TensorView& t) { keep_.push_back(t.range()); }
 
-void GraphSession::finish() {
-  if (!recording_) {
-    ensure_open("finish");
-    finished_ = true;
+FinishStats GraphSession::finish(const FinishOptions& options) {
+  if (recording_) return finish_graph(options);
+  ensure_open("finish");
+  finished_ = true;
+  FinishStats s;
+  const auto commit_start = std::chrono::steady_clock::now();
+  s.encoding_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(commit_start - begun_).count());
+  if (options.measure) {
+    s.gpu_ns = encoder_.commit_wait_with_gpu_time();
+  } else {
     encoder_.commit_and_wait();
-    return;
   }
-  finish_graph(false, false, kSequential, false);
+  s.wait_ns = ns_since(commit_start);
+  s.dispatches = dispatches_;
+  s.barriers = barriers_;
+  return s;
+}
+
+FinishStats GraphSession::finish_optimized() {
+  return finish({.fuse = true, .reorder = true, .encoding = Encoding::dual_buffer});
 }
 
 CommandEncoder GraphSession::commit() {
@@ -164,44 +176,6 @@ CommandEncoder GraphSession::commit() {
   return encoder;
 }
 
-FinishStats GraphSession::finish_with_timing() {
-  if (recording_) return finish_graph(false, false, kSequential, true);
-  ensure_open("finish_with_timing");
-  finished_ = true;
-  FinishStats s;
-  const auto commit_start = std::chrono::steady_clock::now();
-  s.encoding_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(commit_start - begun_).count());
-  encoder_.commit_and_wait();
-  s.wait_ns = ns_since(commit_start);
-  s.dispatches = dispatches_;
-  s.barriers = barriers_;
-  return s;
-}
-
-uint64_t GraphSession::finish_with_gpu_time() {
-  if (recording_) return finish_graph(false, false, kSequential, true).gpu_ns;
-  ensure_open("finish_with_gpu_time");
-  finished_ = true;
-  return encoder_.commit_wait_with_gpu_time();
-}
-
-FinishStats GraphSession::finish_with_fusion() { return finish_graph(true, false, kSequential, false); }
-FinishStats GraphSession::finish_with_fusion_and_timing() {
-  return finish_graph(true, false, kSequential, true);
-}
-FinishStats GraphSession::finish_with_fusion_and_reorder() {
-  return finish_graph(true, true, kBarriers, false);
-}
-FinishStats GraphSession::finish_with_fusion_reorder_and_timing() {
-  return finish_graph(true, true, kBarriers, true);
-}
-FinishStats GraphSession::finish_optimized() { return finish_graph(true, true, kDualBuffer, false); }
-FinishStats GraphSession::finish_optimized_with_timing() {
-  return finish_graph(true, true, kDualBuffer, true);
-}
-FinishStats GraphSession::finish_dataflow() { return finish_graph(true, false, kDataflow, true); }
-
 ComputeGraph GraphSession::take_graph() {
   ensure_open("take_graph");
   check(recording_, "GraphSession", "take_graph() needs a recorded session (begin_recorded)");
@@ -211,32 +185,20 @@ ComputeGraph GraphSession::take_graph() {
   return graph;
 }
 
-FinishStats GraphSession::finish_graph(bool fuse, bool reorder, int encoding, bool measure) {
+FinishStats GraphSession::finish_graph(const FinishOptions& options) {
   ensure_open("finish");
   FinishStats s;
-  if (!recording_) {
-    // Direct sessions have already run their ops; there is no graph to optimise.
-    finished_ = true;
-    const auto commit_start = std::chrono::steady_clock::now();
-    s.encoding_ns = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(commit_start - begun_).count());
-    s.gpu_ns = encoder_.commit_wait_with_gpu_time();
-    s.wait_ns = ns_since(commit_start);
-    s.dispatches = dispatches_;
-    s.barriers = barriers_;
-    return s;
-  }
   const Options& o = backend_->options();
   const TraceRange range("onepass.finish");
   const auto t0 = std::chrono::steady_clock::now();
   ComputeGraph graph = take_graph();
   if (o.dump_graph) std::fputs(graph.dump("session: recorded").c_str(), stderr);
-  if (fuse && o.fuse) {
-    s.fusions = graph.fuse(backend_->fusion_rules(), backend_->registry());
+  if (options.fuse && o.fuse) {
+    s.fusions = graph.fuse(backend_->fusion_rules(), *backend_);
     if (o.dump_graph) std::fputs(graph.dump("session: after fuse").c_str(), stderr);
   }
   const auto t1 = std::chrono::steady_clock::now();
-  if (reorder && o.reorder) {
+  if (options.reorder && o.reorder) {
     const size_t unannotated = graph.unannotated_dispatch_count();
     if (unannotated == 0) {
       s.nodes_reordered = graph.reorder();
@@ -250,14 +212,14 @@ FinishStats GraphSession::finish_graph(bool fuse, bool reorder, int encoding, bo
   s.dispatches = graph.dispatch_count();
   CommandEncoder encoder(*backend_, EncoderMode::direct, SubmitMode::graph);
   std::optional<CommandEncoder> second;
-  switch (encoding) {
-    case kSequential:
+  switch (options.encoding) {
+    case Encoding::sequential:
       s.barriers = graph.encode_sequential(encoder);
       break;
-    case kBarriers:
+    case Encoding::with_barriers:
       s.barriers = graph.encode_with_barriers(encoder);
       break;
-    case kDualBuffer: {
+    case Encoding::dual_buffer: {
       second.emplace(*backend_, EncoderMode::direct, SubmitMode::graph);
       const DualBufferBarriers b = graph.encode_dual_buffer(encoder, *second);
       s.barriers_first = b.first;
@@ -265,11 +227,9 @@ FinishStats GraphSession::finish_graph(bool fuse, bool reorder, int encoding, bo
       s.barriers = b.first + b.second;
       break;
     }
-    case kDataflow:
+    case Encoding::dataflow:
       s.dataflow_edges = graph.encode_dataflow(encoder).edges;
       break;
-    default:
-      fail("GraphSession", "unknown encoding ", encoding);
   }
   const auto commit_start = std::chrono::steady_clock::now();
   s.encoding_ns = static_cast<uint64_t>(
@@ -281,7 +241,7 @@ FinishStats GraphSession::finish_graph(bool fuse, bool reorder, int encoding, bo
     encoder.commit_and_wait();
   }
   s.wait_ns = ns_since(commit_start);
-  if (measure) {
+  if (options.measure) {
     s.gpu_ns = encoder.gpu_time_ns().value_or(0);
     if (second) s.gpu_ns += second->gpu_time_ns().value_or(0);
   }

@@ -45,7 +45,7 @@ long find_consumer(const std::vector<Node>& nodes, size_t p, const MemRange& w) 
 }  // namespace
 
 uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
-                   const KernelRegistry& registry, std::span<const MemRange> keep) {
+                   const Backend& backend, std::span<const MemRange> keep) {
   if (rules.empty()) return 0;
   std::vector<bool> removed(nodes.size(), false);
   uint32_t fusions = 0;
@@ -91,7 +91,7 @@ uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
       if (rule.producer != producer->op_kind || rule.consumer != consumer.op_kind) continue;
       if (live_after && !rule.keeps_intermediate) continue;
       if (updates_intermediate && !(rule.consumer_updates_intermediate && rule.keeps_intermediate)) continue;
-      std::optional<Dispatch> fused = rule.build(*producer, consumer, registry);
+      std::optional<Dispatch> fused = rule.build(*producer, consumer, backend);
       if (!fused) continue;
       fused->reads = producer->reads;
       for (const MemRange& r : consumer.reads) {

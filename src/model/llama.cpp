@@ -6,9 +6,7 @@
 #include <cstring>
 
 #include "onepass/core/error.h"
-#include "onepass/ops/attention.h"
-#include "onepass/ops/matmul.h"
-#include "onepass/ops/rope.h"
+#include "onepass/ops/ops.h"
 
 namespace onepass::model {
 namespace {
@@ -82,15 +80,16 @@ LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& sour
 }
 
 void LlamaModel::warm_up_library() {
-  // The first cuBLAS call of a process sets the library up (~45 ms on an H100): pay it while
-  // loading instead of in the first prompt's prefill. One product of as many rows as the
-  // cuBLAS path takes, on activation buffers whose contents mean nothing yet.
+  // The first product of many rows may set up a library (cuBLAS on CUDA: ~45 ms): pay it
+  // while loading instead of in the first prompt's prefill. One product of the largest
+  // prefill chunk, on activation buffers whose contents mean nothing yet; not on the CPU,
+  // where it would only cost a real product's time.
   const Buffers& b = *buffers_;
-  if (backend_->kind() != BackendKind::cuda || !backend_->options().cublas || layers_.empty()) return;
+  if (backend_->kind() == BackendKind::cpu || layers_.empty()) return;
   const Linear& o = layers_.front().attn_output;
-  if (o.affine || b.max_batch < ops::kCudaGemmMinRows) return;
+  if (o.affine || b.max_batch <= ops::kMatmulMvMaxRows) return;
   GraphSession s = executor_.begin();
-  s.matmul(b.attn.rows_slice(0, ops::kCudaGemmMinRows), o.weight, b.proj.rows_slice(0, ops::kCudaGemmMinRows));
+  ops::matmul(s, b.attn.rows_slice(0, b.max_batch), o.weight, b.proj.rows_slice(0, b.max_batch));
   s.finish();
 }
 
@@ -288,11 +287,11 @@ namespace {
 
 void run_linear(GraphSession& s, const TensorView& x, const Linear& l, const TensorView& out) {
   if (l.affine) {
-    s.matmul_affine(x, l.weight, l.scales, l.biases, out, *l.affine);
+    ops::matmul_affine(s, x, l.weight, l.scales, l.biases, out, *l.affine);
   } else {
-    s.matmul(x, l.weight, out);
+    ops::matmul(s, x, l.weight, out);
   }
-  if (l.bias.view) s.add(out, TensorView(l.bias.view, DType::f32, Shape{1, l.out_features}), out);
+  if (l.bias.view) ops::add(s, out, TensorView(l.bias.view, DType::f32, Shape{1, l.out_features}), out);
 }
 
 // Runs a list of row-parts (fused or separate) writing consecutive column ranges of
@@ -316,7 +315,7 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
   check(!decode_step || n == 1, "model", "a decode step takes one token");
   check(!fed || decode_step, "model", "only a decode step takes its inputs from the previous one");
   const int64_t hd = c.head_dim;
-  if (!fed) s.copy_bytes(b.step_host, b.step_dev);
+  if (!fed) ops::copy_bytes(s, b.step_host, b.step_dev);
   const TensorView ids = b.ids(n);
   const TensorView positions = b.positions(n);
   const TensorView x = b.x.rows_slice(0, n);
@@ -324,7 +323,7 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
   const TensorView attn = b.attn.rows_slice(0, n);
   const TensorView proj = b.proj.rows_slice(0, n);
   const TensorView act = b.act.rows_slice(0, n);
-  s.embedding(token_embd_, ids, x);
+  ops::embedding(s, token_embd_, ids, x);
 
   ops::RopeParams rope;
   rope.layout = c.rope_neox ? ops::RopeLayout::neox : ops::RopeLayout::normal;
@@ -340,7 +339,7 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
 
   int64_t li = 0;  // layer index
   for (const LayerWeights& w : layers_) {
-    s.rms_norm(x, w.attn_norm, xn, c.norm_eps);
+    ops::rms_norm(s, x, w.attn_norm, xn, c.norm_eps);
     TensorView q, k, v;
     if (decode_step) {
       // One token: Q, K and V are consecutive slices of one product's output.
@@ -374,12 +373,12 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
         layer_rope.cos_sin = b.rope_cos_sin;
         layer_rope.cos_sin_use = li == 0 ? ops::RopeCosSin::store : ops::RopeCosSin::load;
       }
-      s.rope_kv_write(q, k, v, w.k_cache, w.v_cache, positions, layer_rope);
+      ops::rope_kv_write(s, q, k, v, w.k_cache, w.v_cache, positions, layer_rope);
     } else {
-      s.rope(q, q, positions, rope);
-      s.rope(k, k, positions, rope);
-      s.kv_write(k, w.k_cache, positions);
-      s.kv_write(v, w.v_cache, positions);
+      ops::rope(s, q, q, positions, rope);
+      ops::rope(s, k, k, positions, rope);
+      ops::kv_write(s, k, w.k_cache, positions);
+      ops::kv_write(s, v, w.v_cache, positions);
     }
     if (decode_step) {
       // The attention's DRAM traffic is small: it requests the start of the gate/up
@@ -392,21 +391,21 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
       // No dispatch of a decode step writes a cache row but the token's own, kv_length - 1
       // (rope_kv_write, folded into the Q/K/V product, or kv_write): the history, every
       // row below it, may be copied before the attention's PDL wait.
-      s.flash_decode(q.reshaped(Shape{c.heads, hd}), w.k_cache, w.v_cache, b.kv_length(),
+      ops::flash_decode(s, q.reshaped(Shape{c.heads, hd}), w.k_cache, w.v_cache, b.kv_length(),
                      attn.reshaped(Shape{c.heads, hd}), b.flash_scratch, attention, prefetch,
-                     ops::KvHistory::before_wait);
+                     ops::CacheWrites::token_row_only);
     } else {
-      s.sdpa(q, w.k_cache, w.v_cache, positions, attn.reshaped(Shape{n, c.heads, hd}), attention);
+      ops::sdpa(s, q, w.k_cache, w.v_cache, positions, attn.reshaped(Shape{n, c.heads, hd}), attention);
     }
     run_linear(s, attn, w.attn_output, proj);
-    s.add(x, proj, x);
-    s.rms_norm(x, w.ffn_norm, xn, c.norm_eps);
+    ops::add(s, x, proj, x);
+    ops::rms_norm(s, x, w.ffn_norm, xn, c.norm_eps);
     if (decode_step) {
       run_parts(s, xn, w.gate_up_parts, b.gate_up);
       const TensorView gate(b.gate_up.view.slice(0, static_cast<size_t>(c.ffn) * 4), DType::f32, Shape{1, c.ffn});
       const TensorView up(b.gate_up.view.slice(static_cast<size_t>(c.ffn) * 4, static_cast<size_t>(c.ffn) * 4),
                           DType::f32, Shape{1, c.ffn});
-      s.silu_mul(gate, up, act);
+      ops::silu_mul(s, gate, up, act);
     } else {
       const TensorView gate = b.gate.rows_slice(0, n);
       const TensorView up = b.up.rows_slice(0, n);
@@ -417,24 +416,24 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
         run_linear(s, xn, w.gate_up_parts[0], gate);
         run_linear(s, xn, w.gate_up_parts[1], up);
       }
-      s.silu_mul(gate, up, act);
+      ops::silu_mul(s, gate, up, act);
     }
     run_linear(s, act, w.down, proj);
-    s.add(x, proj, x);
+    ops::add(s, x, proj, x);
     ++li;
   }
   // Only the last token's logits are needed.
   const TensorView last = x.rows_slice(n - 1, 1);
   const TensorView last_norm = b.xn.rows_slice(0, 1);
-  s.rms_norm(last, output_norm_, last_norm, c.norm_eps);
+  ops::rms_norm(s, last, output_norm_, last_norm, c.norm_eps);
   run_linear(s, last_norm, output_, b.logits);
-  s.argmax(b.logits, b.next_token);
+  ops::argmax(s, b.logits, b.next_token);
   s.keep(b.logits);
   s.keep(b.next_token);
   if (decode_step) {
     // The next step's inputs, for decode_greedy_run (a step whose inputs come from the
     // host overwrites them).
-    s.feed_token(b.next_token, b.ids(1), b.positions(1), b.kv_length(), b.history);
+    ops::feed_token(s, b.next_token, b.ids(1), b.positions(1), b.kv_length(), b.history);
     for (const TensorView& t : {b.ids(1), b.positions(1), b.kv_length(), b.history}) s.keep(t);
   }
 }
@@ -468,7 +467,7 @@ std::span<const float> LlamaModel::prefill(std::span<const int32_t> tokens) {
     } else {
       GraphSession s = executor_.begin_recorded();
       emit_forward(s, static_cast<int64_t>(n), false);
-      s.finish_dataflow();
+      s.finish({.fuse = true, .encoding = Encoding::dataflow, .measure = true});
     }
     position_ += static_cast<int64_t>(n);
     done += n;

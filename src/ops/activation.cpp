@@ -1,4 +1,4 @@
-// GraphSession::gelu / silu / silu_mul / softcap.
+// gelu / silu / silu_mul / softcap.
 #include "onepass/ops/activation.h"
 
 #include <cmath>
@@ -25,28 +25,27 @@ void unary(GraphSession& s, const char* op, const TensorView& x, const TensorVie
   args.x_stride = element_stride(x, op, "x");
   args.out_stride = element_stride(out, op, "out");
   args.cap = cap;
-  const Kernel& k = s.backend().registry().get(kernel_name(op, x.dtype));
-  Dispatch d(k, elementwise_dims(s.backend(), args.rows * args.cols), args, OpKind::activation, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, x.dtype, x.dtype, args.rows, args.cols}, args, OpKind::activation);
   d.read(x).write(out);
   s.dispatch(std::move(d));
 }
 
 }  // namespace
 
-void GraphSession::gelu(const TensorView& x, const TensorView& out) {
-  unary(*this, "gelu", x, out, 0.0f);
+void ops::gelu(GraphSession& s, const TensorView& x, const TensorView& out) {
+  unary(s, "gelu", x, out, 0.0f);
 }
 
-void GraphSession::silu(const TensorView& x, const TensorView& out) {
-  unary(*this, "silu", x, out, 0.0f);
+void ops::silu(GraphSession& s, const TensorView& x, const TensorView& out) {
+  unary(s, "silu", x, out, 0.0f);
 }
 
-void GraphSession::softcap(const TensorView& x, float cap, const TensorView& out) {
+void ops::softcap(GraphSession& s, const TensorView& x, float cap, const TensorView& out) {
   check(std::isfinite(cap) && cap > 0.0f, "softcap", "cap must be finite and > 0, got ", cap);
-  unary(*this, "softcap", x, out, cap);
+  unary(s, "softcap", x, out, cap);
 }
 
-void GraphSession::silu_mul(const TensorView& a, const TensorView& b, const TensorView& out) {
+void ops::silu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out) {
   const char* op = "silu_mul";
   require_data(a, op, "a");
   require_data(b, op, "b");
@@ -65,10 +64,9 @@ void GraphSession::silu_mul(const TensorView& a, const TensorView& b, const Tens
   args.a_stride = element_stride(a, op, "a");
   args.b_stride = element_stride(b, op, "b");
   args.out_stride = element_stride(out, op, "out");
-  const Kernel& k = backend().registry().get(kernel_name(op, a.dtype));
-  Dispatch d(k, elementwise_dims(backend(), args.rows * args.cols), args, OpKind::activation, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, a.dtype, a.dtype, args.rows, args.cols}, args, OpKind::activation);
   d.read(a).read(b).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -1,4 +1,4 @@
-// GraphSession::matmul_affine: MLX affine quantized out = x · wᵀ.
+// matmul_affine: MLX affine quantized out = x · wᵀ.
 #include "onepass/ops/affine.h"
 
 #include "onepass/exec/graph_session.h"
@@ -7,16 +7,8 @@
 #include "op_common.h"
 
 namespace onepass {
-namespace ops {
 
-std::string affine_kernel_name(bool mv, const AffineFormat& format) {
-  return cat(mv ? "mv" : "mm", "_affine_q", format.bits, "_g", format.group_size, "_",
-             dtype_name(format.scale_type), "_f32");
-}
-
-}  // namespace ops
-
-void GraphSession::matmul_affine(const TensorView& x, const TensorView& w, const TensorView& scales,
+void ops::matmul_affine(GraphSession& s, const TensorView& x, const TensorView& w, const TensorView& scales,
                                  const TensorView& biases, const TensorView& out,
                                  const AffineFormat& format) {
   using namespace ops::detail;
@@ -61,12 +53,12 @@ void GraphSession::matmul_affine(const TensorView& x, const TensorView& w, const
   args.scale_stride = element_stride(scales, op, "scales");
   args.bias_stride = element_stride(biases, op, "biases");
   args.out_stride = element_stride(out, op, "out");
+  args.bits = format.bits;
+  args.group_size = format.group_size;
   if (m == 0 || n == 0) return;
-  const bool mv = m <= ops::kMatmulMvMaxRows;
-  const Kernel& kernel = backend().registry().get(ops::affine_kernel_name(mv, format));
-  Dispatch d(kernel, ops::matmul_launch_dims(backend().kind(), mv, m, n), args, OpKind::matmul, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, format.scale_type, format.scale_type, m, n}, args, OpKind::matmul);
   d.read(x).read(w).read(scales).read(biases).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

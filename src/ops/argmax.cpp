@@ -1,4 +1,4 @@
-// GraphSession::argmax.
+// argmax, feed_token, and the argmax -> feed_token fusion rule.
 #include "onepass/ops/argmax.h"
 
 #include "onepass/exec/graph_session.h"
@@ -7,7 +7,7 @@
 
 namespace onepass {
 
-void GraphSession::argmax(const TensorView& x, const TensorView& out) {
+void ops::argmax(GraphSession& s, const TensorView& x, const TensorView& out) {
   using namespace ops::detail;
   const char* op = "argmax";
   require_data(x, op, "x");
@@ -24,26 +24,12 @@ void GraphSession::argmax(const TensorView& x, const TensorView& out) {
   args.rows = x.rows();
   args.cols = x.cols();
   args.x_stride = element_stride(x, op, "x");
-  // Long rows on CUDA (a vocabulary's logits): a cluster of blocks per row.
-  const std::string cluster = cat("argmax_cluster_", dtype_name(x.dtype));
-  if (!on_cpu(backend()) && args.cols >= ops::kCudaArgmaxClusterMinCols && args.rows <= 65535 &&
-      backend().registry().contains(cluster)) {
-    LaunchDims dims;
-    dims.grid.x = static_cast<uint32_t>(ops::cuda_argmax_chunks(args.cols));
-    dims.grid.y = static_cast<uint32_t>(args.rows);
-    dims.block.x = 1024;
-    Dispatch d(backend().registry().get(cluster), dims, args, OpKind::argmax, op);
-    d.read(x).write(out);
-    dispatch(std::move(d));
-    return;
-  }
-  const Kernel& k = backend().registry().get(kernel_name(op, x.dtype));
-  Dispatch d(k, row_dims(backend(), args.rows, args.cols), args, OpKind::argmax, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, x.dtype, x.dtype, args.rows, args.cols}, args, OpKind::argmax);
   d.read(x).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
-void GraphSession::feed_token(const TensorView& token, const TensorView& ids, const TensorView& positions,
+void ops::feed_token(GraphSession& s, const TensorView& token, const TensorView& ids, const TensorView& positions,
                               const TensorView& kv_length, const TensorView& history) {
   using namespace ops::detail;
   const char* op = "feed_token";
@@ -65,11 +51,10 @@ void GraphSession::feed_token(const TensorView& token, const TensorView& ids, co
     args.history = static_cast<int32_t*>(history.data());
     args.history_size = history.numel();
   }
-  LaunchDims dims;  // one block; one thread on CUDA
-  Dispatch d(backend().registry().get("feed_token"), dims, args, OpKind::argmax, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, DType::i32, DType::i32, 1, 1}, args, OpKind::argmax);
   d.read(token).read(positions).read(kv_length).write(ids).write(positions).write(kv_length);
   if (history.view) d.write(history);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass
@@ -77,19 +62,14 @@ void GraphSession::feed_token(const TensorView& token, const TensorView& ids, co
 namespace onepass::ops {
 namespace {
 
-// argmax_<T> or argmax_cluster_<T> of one row -> out; feed_token(out, ...)  ==>  the
-// argmax kernel's _feed variant, which feeds its result itself (one kernel fewer at the
-// end of every greedy decode step, where feed_token waited for the argmax to finish).
-std::optional<Dispatch> fuse_argmax_feed(const Dispatch& argmax, const Dispatch& feed, const KernelRegistry& registry) {
-  const std::string& name = argmax.kernel->name;
-  if (name.rfind("argmax_", 0) != 0 || name.ends_with("_feed") || feed.kernel->name != "feed_token") {
-    return std::nullopt;
-  }
-  const Kernel* fused = registry.find(name + "_feed");
-  if (fused == nullptr) return std::nullopt;
+// argmax of one row -> out; feed_token(out, ...)  ==>  argmax_feed, which feeds its result
+// itself (one dispatch fewer at the end of every greedy decode step).
+std::optional<Dispatch> fuse_argmax_feed(const Dispatch& argmax, const Dispatch& feed, const Backend& backend) {
+  if (argmax.op != "argmax" || feed.op != "feed_token") return std::nullopt;
   ArgmaxFeedArgs args{argmax.args_as<ArgmaxArgs>(), feed.args_as<FeedTokenArgs>()};
   if (args.argmax.rows != 1 || args.feed.token != args.argmax.out) return std::nullopt;
-  return Dispatch(*fused, argmax.dims, args, OpKind::argmax);
+  return detail::plan_fused(backend, {"argmax_feed", argmax.type, argmax.type, 1, args.argmax.cols}, args,
+                            OpKind::argmax);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// GraphSession::sdpa and GraphSession::flash_decode.
+// sdpa and flash_decode.
 #include "onepass/ops/attention.h"
 
 #include <algorithm>
@@ -11,9 +11,6 @@ namespace onepass {
 namespace {
 
 using namespace ops::detail;
-
-// CUDA threads per attention block: four warps share one (head, token) or (head, chunk).
-constexpr uint32_t kCudaAttentionThreads = 128;
 
 // Checks the params against themselves and q, k, v; returns ctx.
 int64_t check_attention(const char* op, const TensorView& q, const TensorView& k,
@@ -50,7 +47,7 @@ int64_t check_attention(const char* op, const TensorView& q, const TensorView& k
 
 }  // namespace
 
-void GraphSession::sdpa(const TensorView& q, const TensorView& k, const TensorView& v,
+void ops::sdpa(GraphSession& s, const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& positions, const TensorView& out,
                         const ops::AttentionParams& params) {
   const char* op = "sdpa";
@@ -81,35 +78,16 @@ void GraphSession::sdpa(const TensorView& q, const TensorView& k, const TensorVi
   args.v_stride = element_stride(v, op, "v");
   args.out_stride = element_stride(out, op, "out");
   args.scale = params.scale;
-  // CPU: one block per (kv head, token) covering the query heads of the group, so each
-  // K/V row is converted once per group. CUDA: one block per (query head, token), or, for
-  // f16 caches with 16-byte aligned rows of 64 or 128 values, the tensor-core kernel: one
-  // block per (64 tokens, query head).
-  LaunchDims dims;
-  const bool tensor_cores = !on_cpu(backend()) && k.dtype == DType::f16 && v.dtype == DType::f16 &&
-                            (params.head_dim == 64 || params.head_dim == 128) && args.k_stride % 8 == 0 &&
-                            args.v_stride % 8 == 0 && k.view.address() % 16 == 0 && v.view.address() % 16 == 0;
-  const Kernel& kernel = backend().registry().get(
-      tensor_cores ? cat("sdpa_tc_f16_hd", params.head_dim) : kernel_name(op, k.dtype));
-  if (tensor_cores) {
-    dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, (tokens + ops::kCudaSdpaTcTokens - 1) / ops::kCudaSdpaTcTokens));
-    dims.grid.y = static_cast<uint32_t>(params.n_head);
-    dims.block.x = 128;
-    dims.shared_bytes = kernel.max_shared_bytes;
-  } else {
-    dims.grid.x = static_cast<uint32_t>(on_cpu(backend()) ? params.n_kv_head : params.n_head);
-    dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(tokens, 1));
-    if (!on_cpu(backend())) dims.block.x = kCudaAttentionThreads;
-  }
-  Dispatch d(kernel, dims, args, OpKind::attention, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, k.dtype, k.dtype, tokens * params.n_head, params.head_dim}, args,
+                             OpKind::attention);
   d.read(q).read(k).read(v).read(positions).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
-void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const TensorView& v,
+void ops::flash_decode(GraphSession& s, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& kv_length, const TensorView& out,
                                 const BufferView& scratch, const ops::AttentionParams& params,
-                                const BufferView& prefetch_l2, ops::KvHistory history) {
+                                const BufferView& prefetch_l2, ops::CacheWrites cache_writes) {
   const char* op = "flash_decode";
   const int64_t ctx = check_attention(op, q, k, v, out, params);
   check(q.rows() == params.n_head, op, "q has shape ", q.shape.str(),
@@ -151,45 +129,32 @@ void GraphSession::flash_decode(const TensorView& q, const TensorView& k, const 
   args.out_stride = element_stride(out, op, "out");
   args.scale = params.scale;
 
-  if (!on_cpu(backend())) {
-    // One cluster of chunk blocks per query head; the partials never leave the cluster.
-    args.chunks = ops::flash_decode_backend_chunks(true, params.n_head, ctx);
-    args.chunk_keys = ops::kCudaFlashDecodeChunkKeys;
-    args.history_before_wait = history == ops::KvHistory::before_wait ? 1 : 0;
-    LaunchDims dims;
-    dims.grid.x = static_cast<uint32_t>(args.chunks);
-    dims.grid.y = static_cast<uint32_t>(params.n_head);
-    dims.block.x = kCudaAttentionThreads;
-    dims.shared_bytes = ops::flash_decode_cluster_shared_bytes(args.chunks, params.head_dim);
-    const Kernel& kernel = backend().registry().get(kernel_name("flash_decode_cluster", k.dtype));
-    if (prefetch_l2.size() >= 16) {
-      args.prefetch = prefetch_l2.data();
-      args.prefetch_bytes = static_cast<int64_t>(prefetch_l2.size() / 16 * 16);  // whole 16-byte pieces
-    }
-    Dispatch d(kernel, dims, args, OpKind::attention, "flash_decode");
-    d.read(q).read(k).read(v).read_early(kv_length).write(out);
-    if (args.prefetch != nullptr) d.read_early(prefetch_l2);
-    dispatch(std::move(d));
+  args.token_row_only = cache_writes == ops::CacheWrites::token_row_only ? 1 : 0;
+  if (prefetch_l2.size() >= 16) {
+    args.prefetch = prefetch_l2.data();
+    args.prefetch_bytes = static_cast<int64_t>(prefetch_l2.size() / 16 * 16);  // whole 16-byte pieces
+  }
+  KernelChoice choice;
+  Dispatch partial = plan_dispatch(s.backend(), {op, k.dtype, k.dtype, params.n_head, params.head_dim}, args,
+                                   OpKind::attention, &choice);
+  partial.read(q).read(k).read(v);
+  read_operand(partial, choice, ops::kFlashDecodeKvLength, kv_length);
+  if ((choice.early_operands & ops::kFlashDecodePrefetch) != 0) partial.read_early(prefetch_l2);
+  if (!choice.needs_merge) {
+    partial.write(out);
+    s.dispatch(std::move(partial));
     return;
   }
-
-  // CPU: one block per (chunk, kv head) covering the group's query heads.
-  LaunchDims partial_dims;
-  partial_dims.grid.x = static_cast<uint32_t>(chunks);
-  partial_dims.grid.y = static_cast<uint32_t>(params.n_kv_head);
-  const Kernel& partial_kernel = backend().registry().get(kernel_name(op, k.dtype));
-  Dispatch partial(partial_kernel, partial_dims, args, OpKind::attention, "flash_decode");
-  partial.read(q).read(k).read(v).read(kv_length).write(partials);
-  dispatch(std::move(partial));
+  partial.write(partials);
+  s.dispatch(std::move(partial));
 
   // The merge reads the partials: barrier inference orders it (read-after-write on
   // scratch); without auto barriers the op still owes its own internal barrier.
-  if (!backend().options().auto_barrier) barrier();
-  const Kernel& merge_kernel = backend().registry().get("flash_decode_merge");
-  Dispatch merge(merge_kernel, row_dims(backend(), params.n_head, params.head_dim), args, OpKind::attention,
-                 "flash_decode_merge");
+  if (!s.backend().options().auto_barrier) s.barrier();
+  Dispatch merge = plan_dispatch(s.backend(), {"flash_decode_merge", k.dtype, k.dtype, params.n_head, params.head_dim},
+                                 args, OpKind::attention);
   merge.read(partials).write(out);
-  dispatch(std::move(merge));
+  s.dispatch(std::move(merge));
 }
 
 }  // namespace onepass

@@ -1,4 +1,4 @@
-// GraphSession::add / mul / scale.
+// add / mul / scale.
 #include "onepass/ops/elementwise.h"
 
 #include "onepass/exec/graph_session.h"
@@ -30,24 +30,23 @@ void binary(GraphSession& s, const char* op, const TensorView& a, const TensorVi
   args.b_stride = element_stride(b, op, "b");
   args.out_stride = element_stride(out, op, "out");
   args.b_row_step = broadcast ? 0 : 1;
-  const Kernel& k = s.backend().registry().get(kernel_name(op, a.dtype));
   const OpKind kind = std::string_view(op) == "add" ? OpKind::add : OpKind::mul;
-  Dispatch d(k, elementwise_dims(s.backend(), args.rows * args.cols), args, kind, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, a.dtype, a.dtype, args.rows, args.cols}, args, kind);
   d.read(a).read(b).write(out);
   s.dispatch(std::move(d));
 }
 
 }  // namespace
 
-void GraphSession::add(const TensorView& a, const TensorView& b, const TensorView& out) {
-  binary(*this, "add", a, b, out);
+void ops::add(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out) {
+  binary(s, "add", a, b, out);
 }
 
-void GraphSession::mul(const TensorView& a, const TensorView& b, const TensorView& out) {
-  binary(*this, "mul", a, b, out);
+void ops::mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out) {
+  binary(s, "mul", a, b, out);
 }
 
-void GraphSession::scale(const TensorView& x, float factor, const TensorView& out) {
+void ops::scale(GraphSession& s, const TensorView& x, float factor, const TensorView& out) {
   using namespace ops::detail;
   const char* op = "scale";
   require_data(x, op, "x");
@@ -63,10 +62,9 @@ void GraphSession::scale(const TensorView& x, float factor, const TensorView& ou
   args.x_stride = element_stride(x, op, "x");
   args.out_stride = element_stride(out, op, "out");
   args.factor = factor;
-  const Kernel& k = backend().registry().get(kernel_name(op, x.dtype));
-  Dispatch d(k, elementwise_dims(backend(), args.rows * args.cols), args, OpKind::scale, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, x.dtype, x.dtype, args.rows, args.cols}, args, OpKind::scale);
   d.read(x).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -1,4 +1,4 @@
-// GraphSession::embedding: gather rows of a (possibly quantized) table.
+// embedding: gather rows of a (possibly quantized) table.
 #include "onepass/ops/embedding.h"
 
 #include "onepass/exec/graph_session.h"
@@ -7,7 +7,7 @@
 
 namespace onepass {
 
-void GraphSession::embedding(const TensorView& table, const TensorView& ids,
+void ops::embedding(GraphSession& s, const TensorView& table, const TensorView& ids,
                              const TensorView& out) {
   using namespace ops::detail;
   const char* op = "embedding";
@@ -34,15 +34,10 @@ void GraphSession::embedding(const TensorView& table, const TensorView& ids,
   args.out_stride = element_stride(out, op, "out");
   if (tokens == 0 || dim == 0) return;
   check(tokens <= 0x7fffffff, op, tokens, " ids are too many for one launch");
-  LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>(tokens);
-  if (!on_cpu(backend())) dims.block.x = 256;
-  const Kernel& kernel = backend().registry().get(
-      cat("embedding_", dtype_name(table.dtype), "_", dtype_name(out.dtype)));
-  Dispatch d(kernel, dims, args, OpKind::gather, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, table.dtype, out.dtype, tokens, dim}, args, OpKind::gather);
   d.moved_bytes = static_cast<uint64_t>(tokens) * (static_cast<uint64_t>(args.table_row_bytes) + 4) + out.span_bytes();
   d.read(table).read(ids).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -1,4 +1,4 @@
-// GraphSession::kv_write.
+// kv_write.
 #include "onepass/ops/kv_cache.h"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 
 namespace onepass {
 
-void GraphSession::kv_write(const TensorView& src, const TensorView& cache,
+void ops::kv_write(GraphSession& s, const TensorView& src, const TensorView& cache,
                             const TensorView& positions) {
   using namespace ops::detail;
   const char* op = "kv_write";
@@ -41,14 +41,13 @@ void GraphSession::kv_write(const TensorView& src, const TensorView& cache,
   args.ctx = cache.shape[1];
   args.src_stride = element_stride(src, op, "src");
   args.cache_stride = element_stride(cache, op, "cache");
-  const std::string name = cat("kv_write_", dtype_name(src.dtype), "_", dtype_name(cache.dtype));
-  const Kernel& k = backend().registry().get(name);
-  Dispatch d(k, row_dims(backend(), tokens * n_kv_head, head_dim), args, OpKind::kv_write, op);
+  Dispatch d =
+      plan_dispatch(s.backend(), {op, src.dtype, cache.dtype, tokens * n_kv_head, head_dim}, args, OpKind::kv_write);
   d.moved_bytes = src.span_bytes() + positions.span_bytes() +
                   static_cast<uint64_t>(tokens * n_kv_head) * dtype_bytes(cache.dtype, head_dim);
   // Which rows change depends on device data, so the whole cache counts as written.
   d.read(src).read(positions).write(cache);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -1,4 +1,4 @@
-// GraphSession::matmul_id: expert-routed matmul for mixture-of-experts layers.
+// matmul_id: expert-routed matmul for mixture-of-experts layers.
 #include "onepass/ops/matmul_id.h"
 
 #include <algorithm>
@@ -30,7 +30,7 @@ uint32_t grid_extent(int64_t count, int64_t per_block, const char* what) {
 
 }  // namespace
 
-void GraphSession::matmul_id(const TensorView& x, const TensorView& w, const TensorView& ids,
+void ops::matmul_id(GraphSession& s, const TensorView& x, const TensorView& w, const TensorView& ids,
                              const TensorView& out, const BufferView& scratch,
                              const ops::MatmulIdParams& params) {
   using namespace ops::detail;
@@ -90,21 +90,14 @@ void GraphSession::matmul_id(const TensorView& x, const TensorView& w, const Ten
   args.out_token_stride = out_stride * slots;
   if (tokens == 0) return;
 
-  const bool on_cpu_backend = on_cpu(backend());
-  const std::string wtype(dtype_name(w.dtype));
+  // Slots, tokens and experts index launch dimensions of at most 65535.
+  grid_extent(slots, 1, "slots");
+  grid_extent(tokens, 1, "tokens");
+  grid_extent(experts + 1, 1, "experts");
   if (tokens <= ops::kMatmulIdMvMaxTokens) {
-    const int64_t rows_per_block =
-        on_cpu_backend ? ops::kCpuMvRowsPerBlock : ops::kCudaMvRowsPerBlock;
-    LaunchDims dims;
-    check(n / rows_per_block < 0x7fffffff, op, "N = ", n, " is too large");
-    dims.grid.x = static_cast<uint32_t>((n + rows_per_block - 1) / rows_per_block);
-    dims.grid.y = grid_extent(slots, 1, "slots");
-    dims.grid.z = grid_extent(tokens, 1, "tokens");
-    if (!on_cpu_backend) dims.block.x = 128;
-    Dispatch d(backend().registry().get(cat("mv_id_", wtype, "_f32")), dims, args,
-               OpKind::matmul_id, op);
+    Dispatch d = plan_dispatch(s.backend(), {op, w.dtype, w.dtype, tokens * slots, n}, args, OpKind::matmul_id);
     d.read(x).read(w).read(ids).write(out);
-    dispatch(std::move(d));
+    s.dispatch(std::move(d));
     return;
   }
 
@@ -116,23 +109,15 @@ void GraphSession::matmul_id(const TensorView& x, const TensorView& w, const Ten
   const BufferView used = scratch.slice(0, need);
   args.scratch = static_cast<int32_t*>(used.data());
 
-  LaunchDims group_dims;
-  if (!on_cpu_backend) group_dims.block.x = 256;
-  Dispatch group(backend().registry().get("matmul_id_group"), group_dims, args, OpKind::matmul_id,
-                 "matmul_id_group");
+  // Two steps: the (token, slot) pairs grouped by expert, then each expert's product.
+  Dispatch group = plan_dispatch(s.backend(), {"matmul_id_group", DType::i32, DType::i32, tokens, slots}, args,
+                                 OpKind::matmul_id);
   group.read(ids).write(used);
-  dispatch(std::move(group));
-
-  const int64_t rows_per_block = on_cpu_backend ? ops::kCpuMmRowsPerBlock : ops::kCudaMmTile;
-  LaunchDims dims;
-  check(n / rows_per_block < 0x7fffffff, op, "N = ", n, " is too large");
-  dims.grid.x = static_cast<uint32_t>((n + rows_per_block - 1) / rows_per_block);
-  dims.grid.y = grid_extent(experts + 1, 1, "experts");
-  if (!on_cpu_backend) dims.block.x = 256;
-  Dispatch d(backend().registry().get(cat("mm_id_", wtype, "_f32")), dims, args, OpKind::matmul_id,
-             op);
+  s.dispatch(std::move(group));
+  Dispatch d = plan_dispatch(s.backend(), {"matmul_id_grouped", w.dtype, w.dtype, tokens * slots, n}, args,
+                             OpKind::matmul_id);
   d.read(x).read(w).read(ids).read(used).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -1,5 +1,5 @@
-// GraphSession::rms_norm / rms_norm_no_weight / rms_norm_mul / add_rms_norm, and the
-// RMS-norm -> mul fusion rule.
+// rms_norm / rms_norm_no_weight / rms_norm_mul / add_rms_norm, and the RMS-norm -> mul
+// fusion rule.
 #include "onepass/ops/norm.h"
 #include "onepass/ops/fusion_rules.h"
 
@@ -49,10 +49,9 @@ ops::RmsNormArgs norm_args(const char* op, const TensorView& x, const TensorView
   return args;
 }
 
-void emit(GraphSession& s, const char* base, const ops::RmsNormArgs& args, DType t, OpKind kind,
+void emit(GraphSession& s, const char* op, ops::RmsNormArgs& args, DType t, OpKind kind,
           std::initializer_list<const TensorView*> reads, const TensorView& out) {
-  const Kernel& k = s.backend().registry().get(kernel_name(base, t));
-  Dispatch d(k, row_dims(s.backend(), args.rows, args.cols), args, kind, base);
+  Dispatch d = plan_dispatch(s.backend(), {op, t, t, args.rows, args.cols}, args, kind);
   for (const TensorView* r : reads) d.read(*r);
   d.write(out);
   s.dispatch(std::move(d));
@@ -60,24 +59,24 @@ void emit(GraphSession& s, const char* base, const ops::RmsNormArgs& args, DType
 
 }  // namespace
 
-void GraphSession::rms_norm(const TensorView& x, const TensorView& weight, const TensorView& out,
+void ops::rms_norm(GraphSession& s, const TensorView& x, const TensorView& weight, const TensorView& out,
                             float eps) {
-  const auto args = norm_args("rms_norm", x, &weight, nullptr, out, eps);
-  emit(*this, "rms_norm", args, x.dtype, OpKind::norm, {&x, &weight}, out);
+  auto args = norm_args("rms_norm", x, &weight, nullptr, out, eps);
+  emit(s, "rms_norm", args, x.dtype, OpKind::norm, {&x, &weight}, out);
 }
 
-void GraphSession::rms_norm_no_weight(const TensorView& x, const TensorView& out, float eps) {
-  const auto args = norm_args("rms_norm_no_weight", x, nullptr, nullptr, out, eps);
-  emit(*this, "rms_norm_noweight", args, x.dtype, OpKind::norm, {&x}, out);
+void ops::rms_norm_no_weight(GraphSession& s, const TensorView& x, const TensorView& out, float eps) {
+  auto args = norm_args("rms_norm_no_weight", x, nullptr, nullptr, out, eps);
+  emit(s, "rms_norm_no_weight", args, x.dtype, OpKind::norm, {&x}, out);
 }
 
-void GraphSession::rms_norm_mul(const TensorView& x, const TensorView& weight,
+void ops::rms_norm_mul(GraphSession& s, const TensorView& x, const TensorView& weight,
                                 const TensorView& scale, const TensorView& out, float eps) {
-  const auto args = norm_args("rms_norm_mul", x, &weight, &scale, out, eps);
-  emit(*this, "rms_norm_mul", args, x.dtype, OpKind::norm_mul, {&x, &weight, &scale}, out);
+  auto args = norm_args("rms_norm_mul", x, &weight, &scale, out, eps);
+  emit(s, "rms_norm_mul", args, x.dtype, OpKind::norm_mul, {&x, &weight, &scale}, out);
 }
 
-void GraphSession::add_rms_norm(const TensorView& a, const TensorView& b, const TensorView& sum,
+void ops::add_rms_norm(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& sum,
                                 const TensorView& weight, const TensorView& out, float eps) {
   const char* op = "add_rms_norm";
   require_data(a, op, "a");
@@ -111,28 +110,17 @@ void GraphSession::add_rms_norm(const TensorView& a, const TensorView& b, const 
   args.sum_stride = element_stride(sum, op, "sum");
   args.out_stride = element_stride(out, op, "out");
   args.eps = eps;
-  const Kernel& k = backend().registry().get(kernel_name(op, a.dtype));
-  Dispatch d(k, row_dims(backend(), args.rows, args.cols), args, OpKind::norm, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, a.dtype, a.dtype, args.rows, args.cols}, args, OpKind::norm);
   d.read(a).read(b).read(weight).write(sum).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 namespace ops {
 namespace {
 
-// rms_norm_<T>(x, w) -> tmp; mul_<T>(tmp, s) -> out   ==>   rms_norm_mul_<T>(x, w, s) -> out
-std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul,
-                                      const KernelRegistry& registry) {
-  const std::string& name = norm.kernel->name;
-  constexpr std::string_view kPrefix = "rms_norm_";
-  if (name.rfind(kPrefix, 0) != 0 || name.find("noweight") != std::string::npos ||
-      name.find("mul") != std::string::npos) {
-    return std::nullopt;
-  }
-  const std::string type = name.substr(kPrefix.size());
-  if (mul.kernel->name != "mul_" + type) return std::nullopt;
-  const Kernel* fused_kernel = registry.find("rms_norm_mul_" + type);
-  if (fused_kernel == nullptr) return std::nullopt;
+// rms_norm(x, w) -> tmp; mul(tmp, s) -> out   ==>   rms_norm_mul(x, w, s) -> out
+std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul, const Backend& backend) {
+  if (norm.op != "rms_norm" || mul.op != "mul" || norm.type != mul.type) return std::nullopt;
   const auto n = norm.args_as<RmsNormArgs>();
   const auto m = mul.args_as<BinaryArgs>();
   // The mul must cover the norm's output exactly, row for row.
@@ -145,8 +133,7 @@ std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul,
   f.scale_row_step = tmp_is_a ? m.b_row_step : 1;
   f.out = m.out;
   f.out_stride = m.out_stride;
-  Dispatch fused(*fused_kernel, norm.dims, f, OpKind::norm_mul);
-  return fused;
+  return detail::plan_fused(backend, {"rms_norm_mul", norm.type, norm.type, n.rows, n.cols}, f, OpKind::norm_mul);
 }
 
 }  // namespace

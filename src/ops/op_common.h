@@ -1,7 +1,8 @@
-// Helpers shared by the op implementations: argument validation and launch shapes.
+// Helpers shared by the op implementations: argument validation and the kernel request.
 // Internal to src/ops.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -9,13 +10,10 @@
 #include "onepass/core/tensor.h"
 #include "onepass/exec/backend.h"
 #include "onepass/exec/kernel.h"
+#include "onepass/exec/kernel_choice.h"
+#include "onepass/exec/dispatch.h"
 
 namespace onepass::ops::detail {
-
-/// "<base>_<dtype>", e.g. kernel_name("rms_norm", f16) == "rms_norm_f16".
-inline std::string kernel_name(std::string_view base, DType t) {
-  return cat(base, "_", dtype_name(t));
-}
 
 inline void require_float(const TensorView& t, std::string_view op, std::string_view what) {
   check(dtype_is_float(t.dtype), op, what, " must be f32, f16 or bf16, got ", dtype_name(t.dtype));
@@ -51,14 +49,49 @@ inline int64_t element_stride(const TensorView& t, std::string_view op, std::str
   return static_cast<int64_t>(t.row_stride / elem);
 }
 
-/// True on the CPU backend (launch shapes differ per backend).
-inline bool on_cpu(const Backend& backend) { return backend.kind() == BackendKind::cpu; }
+/// The backend's kernel for `request` (with `args` as its argument struct, which the
+/// backend may complete) as a dispatch of `kind` labelled with the op; throws when the
+/// backend has none. `choice` receives the backend's answer (early operands, merge step).
+template <typename Args>
+Dispatch plan_dispatch(const Backend& backend, KernelRequest request, Args& args, OpKind kind,
+                       KernelChoice* choice = nullptr) {
+  request.args = &args;
+  request.args_size = sizeof(Args);
+  const KernelChoice c = backend.choose_kernel(request);
+  check(c.kernel != nullptr, request.op, "the ", backend_name(backend.kind()), " backend has no kernel for ",
+        request.op, " on ", dtype_name(request.type));
+  Dispatch d(*c.kernel, c.dims, args, kind, std::string(request.op));
+  d.op = request.op;
+  d.type = request.type;
+  if (choice != nullptr) *choice = c;
+  return d;
+}
 
-/// Grid for elementwise kernels over `elements` values: CPU blocks of 4096 values, CUDA
-/// blocks of 256 threads, each handling 4 values with a grid-stride loop.
-LaunchDims elementwise_dims(const Backend& backend, int64_t elements);
+/// A fusion rule's dispatch: the backend's kernel for the fused op, or nullopt when it
+/// has none (the pair then stays unfused). The fuse pass fills in reads and writes.
+template <typename Args>
+std::optional<Dispatch> plan_fused(const Backend& backend, KernelRequest request, Args& args, OpKind kind,
+                                   KernelChoice* choice = nullptr) {
+  request.args = &args;
+  request.args_size = sizeof(Args);
+  const KernelChoice c = backend.choose_kernel(request);
+  if (c.kernel == nullptr) return std::nullopt;
+  Dispatch d(*c.kernel, c.dims, args, kind);
+  d.op = request.op;
+  d.type = request.type;
+  if (choice != nullptr) *choice = c;
+  return d;
+}
 
-/// One block per row (norms, softmax): CPU one row per block; CUDA `threads` per block.
-LaunchDims row_dims(const Backend& backend, int64_t rows, int64_t cols);
+/// Declares a read of `t`, early when the backend's choice lists `operand` among the
+/// operands its kernel reads before its programmatic-launch wait.
+template <typename View>
+void read_operand(Dispatch& d, const KernelChoice& choice, uint32_t operand, const View& t) {
+  if ((choice.early_operands & operand) != 0) {
+    d.read_early(t);
+  } else {
+    d.read(t);
+  }
+}
 
 }  // namespace onepass::ops::detail

@@ -1,4 +1,4 @@
-// GraphSession::rope.
+// rope.
 #include "onepass/ops/rope.h"
 
 #include <cmath>
@@ -8,7 +8,7 @@
 
 namespace onepass {
 
-void GraphSession::rope(const TensorView& x, const TensorView& out, const TensorView& positions,
+void ops::rope(GraphSession& s, const TensorView& x, const TensorView& out, const TensorView& positions,
                         const ops::RopeParams& params) {
   using namespace ops::detail;
   const char* op = "rope";
@@ -63,15 +63,14 @@ void GraphSession::rope(const TensorView& x, const TensorView& out, const Tensor
   args.rotary_dims = static_cast<int32_t>(rotary_dims);
   args.theta = params.theta;
   args.freq_scale = params.freq_scale;
-  const char* base = params.layout == ops::RopeLayout::neox ? "rope_neox" : "rope";
-  const Kernel& k = backend().registry().get(kernel_name(base, x.dtype));
-  // One block per token; on CUDA threads cover (head, pair) of that token.
-  LaunchDims dims = row_dims(backend(), tokens, heads * rotary_dims / 2);
-  Dispatch d(k, dims, args, OpKind::rope, op);
+  // The layout is a variant of the op; its extent: (head, pair) of each token.
+  const char* variant = params.layout == ops::RopeLayout::neox ? "rope_neox" : "rope";
+  Dispatch d = plan_dispatch(s.backend(), {variant, x.dtype, x.dtype, tokens, heads * rotary_dims / 2}, args,
+                             OpKind::rope);
   d.read(x).read(positions);
   if (has_factors) d.read(params.freq_factors);
   d.write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -1,4 +1,4 @@
-// GraphSession::rope_kv_write: RoPE on q and k plus the KV-cache writes, in one dispatch.
+// rope_kv_write: RoPE on q and k plus the KV-cache writes, in one dispatch.
 #include <algorithm>
 
 #include "onepass/exec/graph_session.h"
@@ -7,7 +7,7 @@
 
 namespace onepass {
 
-void GraphSession::rope_kv_write(const TensorView& q, const TensorView& k, const TensorView& v,
+void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& k, const TensorView& v,
                                  const TensorView& k_cache, const TensorView& v_cache, const TensorView& positions,
                                  const ops::RopeParams& params) {
   using namespace ops::detail;
@@ -73,26 +73,16 @@ void GraphSession::rope_kv_write(const TensorView& q, const TensorView& k, const
   a.freq_scale = params.freq_scale;
   if (params.cos_sin_use == ops::RopeCosSin::store) a.cos_sin_out = static_cast<float*>(params.cos_sin.data());
   if (params.cos_sin_use == ops::RopeCosSin::load) a.cos_sin_in = static_cast<const float*>(params.cos_sin.data());
-  const bool neox = params.layout == ops::RopeLayout::neox;
-  const Kernel& kernel = backend().registry().get(
-      cat(neox ? "rope_kv_write_neox_" : "rope_kv_write_", dtype_name(k_cache.dtype)));
-  LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(tokens, 1));
-  if (!on_cpu(backend())) {
-    dims.grid.y = static_cast<uint32_t>(n_head + 2 * n_kv_head);
-    dims.block.x = static_cast<uint32_t>(std::clamp<int64_t>((head_dim / 2 + 31) / 32 * 32, 32, 256));
-  }
-  Dispatch d(kernel, dims, a, OpKind::rope, op);
-  d.read(q).read(k).read(v).read(positions).write(q).write(k_cache).write(v_cache);
+  const char* variant = params.layout == ops::RopeLayout::neox ? "rope_kv_write_neox" : "rope_kv_write";
+  KernelChoice choice;
+  Dispatch d = plan_dispatch(s.backend(), {variant, k_cache.dtype, k_cache.dtype, tokens, n_head + 2 * n_kv_head}, a,
+                             OpKind::rope, &choice);
+  d.read(q).read(k).read(v).write(q).write(k_cache).write(v_cache);
+  read_operand(d, choice, ops::kRopeKvPositions, positions);
   if (params.freq_factors.view) d.read(params.freq_factors);
-  // With loaded angles, a Q/K/V product with this op folded in reads them and the position
-  // before its PDL wait (early reads: the backend never launches it early after a dispatch
-  // writing them; in a decode step both come from far earlier dispatches).
   if (params.cos_sin_use == ops::RopeCosSin::store) d.write(params.cos_sin);
-  if (params.cos_sin_use == ops::RopeCosSin::load) d.read_early(params.cos_sin).read_early(positions);
-  d.moved_bytes = 2 * q.span_bytes() + k.span_bytes() + v.span_bytes() +
-                  2 * static_cast<uint64_t>(tokens * n_kv_head) * dtype_bytes(k_cache.dtype, head_dim);
-  dispatch(std::move(d));
+  if (params.cos_sin_use == ops::RopeCosSin::load) read_operand(d, choice, ops::kRopeKvLoadedAngles, params.cos_sin);
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

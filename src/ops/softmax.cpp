@@ -1,4 +1,4 @@
-// GraphSession::softmax.
+// softmax.
 #include "onepass/ops/softmax.h"
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 
 namespace onepass {
 
-void GraphSession::softmax(const TensorView& x, const TensorView& out,
+void ops::softmax(GraphSession& s, const TensorView& x, const TensorView& out,
                            const ops::SoftmaxParams& params) {
   using namespace ops::detail;
   const char* op = "softmax";
@@ -35,10 +35,9 @@ void GraphSession::softmax(const TensorView& x, const TensorView& out,
   args.scale = params.scale;
   args.causal = params.causal ? 1 : 0;
   args.position_offset = params.position_offset;
-  const Kernel& k = backend().registry().get(kernel_name(op, x.dtype));
-  Dispatch d(k, row_dims(backend(), args.rows, args.cols), args, OpKind::softmax, op);
+  Dispatch d = plan_dispatch(s.backend(), {op, x.dtype, x.dtype, args.rows, args.cols}, args, OpKind::softmax);
   d.read(x).write(out);
-  dispatch(std::move(d));
+  s.dispatch(std::move(d));
 }
 
 }  // namespace onepass

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "onepass/ops/ops.h"
 #include "onepass/exec/captured_graph.h"
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/counters.h"
@@ -210,13 +211,13 @@ TEST(CudaGraphs, EveryEncodingMatchesSequentialExecution) {
     {
       GraphSession s = exec.begin_recorded();
       g.emit(s);
-      s.finish_with_fusion_and_reorder();
+      s.finish({.fuse = true, .reorder = true, .encoding = Encoding::with_barriers});
       check_result("reordered");
     }
     {
       GraphSession s = exec.begin_recorded();
       g.emit(s);
-      s.finish_dataflow();
+      s.finish({.fuse = true, .encoding = Encoding::dataflow, .measure = true});
       check_result("dataflow");
     }
     {
@@ -382,17 +383,17 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
           out2.view.fill(testing::kPoisonByte);
           out3.view.fill(testing::kPoisonByte);
           GraphSession s = exec.begin_recorded();
-          s.rms_norm(x, norm_w, xn, 1e-5f);
-          s.matmul(xn, w1, t1);
-          s.add(t1, residual, out1);
-          s.rms_norm(x, norm_w, xn, 1e-5f);
-          s.matmul(xn, w2, gu);
+          ops::rms_norm(s, x, norm_w, xn, 1e-5f);
+          ops::matmul(s, xn, w1, t1);
+          ops::add(s, t1, residual, out1);
+          ops::rms_norm(s, x, norm_w, xn, 1e-5f);
+          ops::matmul(s, xn, w2, gu);
           const uint64_t row = static_cast<uint64_t>(2 * n) * 4;
-          s.silu_mul(TensorView(gu.view, DType::f32, Shape{m, n}, row),
+          ops::silu_mul(s, TensorView(gu.view, DType::f32, Shape{m, n}, row),
                      TensorView(gu.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row), out2);
-          s.matmul(x, w1, t3);  // residual only, as the attention output and down projections
-          s.add(t3, residual, out3);
-          const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
+          ops::matmul(s, x, w1, t3);  // residual only, as the attention output and down projections
+          ops::add(s, t3, residual, out3);
+          const FinishStats stats = fuse ? s.finish({.fuse = true}) : (s.finish(), FinishStats{});
           if (fuse) {
             EXPECT_EQ(stats.fusions, 5u);
           }
@@ -471,10 +472,10 @@ TEST(CudaFusion, QkvProductWithRopeAndCacheWriteMatchesTheUnfusedSequence) {
               for (const TensorView* t : {&qkv, &k_cache, &v_cache, &cos_sin}) t->view.fill(testing::kPoisonByte);
               if (use == ops::RopeCosSin::load) testing::upload_floats(cos_sin, given);
               GraphSession s = exec.begin_recorded();
-              s.matmul(x, w, qkv);
-              s.rope_kv_write(slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads),
+              ops::matmul(s, x, w, qkv);
+              ops::rope_kv_write(s, slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads),
                               k_cache, v_cache, positions, rope);
-              const FinishStats stats = fuse ? s.finish_with_fusion() : (s.finish(), FinishStats{});
+              const FinishStats stats = fuse ? s.finish({.fuse = true}) : (s.finish(), FinishStats{});
               if (fuse) {
                 EXPECT_EQ(stats.fusions, 1u);
               }
@@ -525,10 +526,10 @@ TEST(CudaFusion, ResidualAndLoadedAnglesAreEarlyReads) {
   };
   {
     GraphSession s = exec.begin_recorded();
-    s.matmul(x, w, tmp);
-    s.add(tmp, residual, residual);
+    ops::matmul(s, x, w, tmp);
+    ops::add(s, tmp, residual, residual);
     ComputeGraph g = s.take_graph();
-    ASSERT_EQ(g.fuse(backend->fusion_rules(), backend->registry()), 1u);
+    ASSERT_EQ(g.fuse(backend->fusion_rules(), *backend), 1u);
     const Dispatch& fused = *as_dispatch(g.nodes().back());
     EXPECT_TRUE(contains(fused.early_reads, residual.range())) << "the residual";
     EXPECT_FALSE(contains(fused.early_reads, x.range())) << "x is the predecessor's: after the wait";
@@ -542,7 +543,7 @@ TEST(CudaFusion, ResidualAndLoadedAnglesAreEarlyReads) {
     rope.cos_sin = cos_sin.reshaped(Shape{hd});
     rope.cos_sin_use = ops::RopeCosSin::load;
     GraphSession s = exec.begin_recorded();
-    s.rope_kv_write(q, kv, kv, cache, v_cache, positions, rope);
+    ops::rope_kv_write(s, q, kv, kv, cache, v_cache, positions, rope);
     ComputeGraph g = s.take_graph();
     const Dispatch& d = *as_dispatch(g.nodes().back());
     EXPECT_TRUE(contains(d.early_reads, cos_sin.range())) << "the loaded angles";
@@ -551,7 +552,7 @@ TEST(CudaFusion, ResidualAndLoadedAnglesAreEarlyReads) {
 }
 
 // A decode step's Q/K/V product (rope_kv_write folded in) and then flash_decode, replayed
-// as one graph with PDL for a growing cache: with ops::KvHistory::before_wait the
+// as one graph with PDL for a growing cache: with ops::CacheWrites::token_row_only the
 // attention copies the rows below kv_length - 1 before its PDL wait, while the product
 // still runs, and the token's own row, which the product writes, after it. Each replay's
 // new row is poisoned until the product writes it, so a copy issued too early shows as a
@@ -591,17 +592,17 @@ TEST(CudaAttention, HistoryCopiedBeforeTheWaitAndTheTokensRowAfterIt) {
     return TensorView(qkv.view.slice(static_cast<size_t>(from) * 4, static_cast<size_t>(heads_in * hd) * 4),
                       DType::f32, Shape{1, heads_in, hd});
   };
-  auto graph = [&](ops::KvHistory history) {
+  auto graph = [&](ops::CacheWrites history) {
     GraphSession s = exec.begin_recorded();
-    s.matmul(x, w, qkv);
-    s.rope_kv_write(slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads), k_cache,
+    ops::matmul(s, x, w, qkv);
+    ops::rope_kv_write(s, slice(0, heads), slice(heads * hd, kv_heads), slice((heads + kv_heads) * hd, kv_heads), k_cache,
                     v_cache, positions, rope);
-    s.flash_decode(slice(0, heads).reshaped(Shape{heads, hd}), k_cache, v_cache, kv_length, attn, scratch, attention,
+    ops::flash_decode(s, slice(0, heads).reshaped(Shape{heads, hd}), k_cache, v_cache, kv_length, attn, scratch, attention,
                    {}, history);
     return std::make_unique<CapturedGraph>(*backend, s.take_graph());
   };
-  const auto early = graph(ops::KvHistory::before_wait);
-  const auto late = graph(ops::KvHistory::after_wait);
+  const auto early = graph(ops::CacheWrites::token_row_only);
+  const auto late = graph(ops::CacheWrites::any_row);
   EXPECT_EQ(early->stats().fusions, 1u) << "the product and rope_kv_write as one kernel";
   // Positions that take one chunk, several, a stage boundary and more stages than a ring.
   const std::vector<int32_t> steps = {40, 41, 63, 64, 65, 127, 128, 129, 200, 330};
@@ -693,10 +694,10 @@ TEST(CudaBackend, CublasProductsInEveryEncodingMatchDirectLaunches) {
   TensorView wc = weights(DType::q8_0, n2, n1, seed + 3);
   TensorView a = alloc(Shape{m, n1}), b = alloc(Shape{m, n1}), c = alloc(Shape{m, n2}), d = alloc(Shape{m, n1});
   auto emit = [&](GraphSession& s) {
-    s.matmul(x, wa, a);  // gemm_q4_0_f32
-    s.matmul(x, wb, b);  // gemm_f16_f32, independent of the first
-    s.matmul(a, wc, c);  // gemm_q8_0_f32 on the first's output
-    s.add(a, b, d);      // a kernel after host entry points
+    ops::matmul(s, x, wa, a);  // gemm_q4_0_f32
+    ops::matmul(s, x, wb, b);  // gemm_f16_f32, independent of the first
+    ops::matmul(s, a, wc, c);  // gemm_q8_0_f32 on the first's output
+    ops::add(s, a, b, d);      // a kernel after host entry points
   };
   auto results = [&] {
     auto r = std::vector{testing::download_floats(a), testing::download_floats(b), testing::download_floats(c),
@@ -725,7 +726,7 @@ TEST(CudaBackend, CublasProductsInEveryEncodingMatchDirectLaunches) {
   {
     GraphSession s = exec.begin_recorded();
     emit(s);
-    s.finish_dataflow();
+    s.finish({.fuse = true, .encoding = Encoding::dataflow, .measure = true});
     EXPECT_EQ(results(), direct) << "dataflow";
   }
   for (GraphEncoding encoding : {GraphEncoding::sequential, GraphEncoding::barriers, GraphEncoding::dataflow}) {
@@ -781,8 +782,8 @@ TEST(CudaBackend, MatvecAfterTheKernelWritingItsWeightsReadsTheNewWeights) {
     testing::upload_floats(w32, ws);
     out.view.fill(testing::kPoisonByte);
     GraphSession s = run == 2 ? exec.begin() : exec.begin_recorded();
-    s.copy(w32, w16);
-    s.matmul(x, w16, out);
+    ops::copy(s, w32, w16);
+    ops::matmul(s, x, w16, out);
     s.finish();
     const auto got = testing::download_floats(out);
     std::vector<double> want(static_cast<size_t>(n), 0.0);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "onepass/ops/ops.h"
 #include "onepass/backends/factory.h"
 #include "onepass/exec/captured_graph.h"
 #include "onepass/exec/compute_graph.h"
@@ -215,8 +216,8 @@ struct NormFixture {
     testing::upload_floats(s, testing::random_floats(static_cast<size_t>(r * c), seed + 2));
   }
   void norm_then_mul(GraphSession& session) {
-    session.rms_norm(x, w, tmp, 1e-5f);
-    session.mul(tmp, s, out);
+    ops::rms_norm(session, x, w, tmp, 1e-5f);
+    ops::mul(session, tmp, s, out);
   }
 };
 
@@ -227,7 +228,7 @@ TEST(Fusion, RmsNormMulFusesExactlyWhereAllowed) {
     GraphSession session = exec.begin_recorded();
     f.norm_then_mul(session);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 1u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 1u);
     EXPECT_EQ(g.dispatch_count(), 1u);
     const Dispatch& fused = *as_dispatch(g.nodes().back());
     EXPECT_EQ(fused.kernel->name, "rms_norm_mul_f32");
@@ -238,44 +239,44 @@ TEST(Fusion, RmsNormMulFusesExactlyWhereAllowed) {
   {  // Intermediate read again later: no fusion.
     GraphSession session = exec.begin_recorded();
     f.norm_then_mul(session);
-    session.add(f.tmp, f.s, f.x);
+    ops::add(session, f.tmp, f.s, f.x);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 0u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 0u);
   }
   {  // Intermediate kept as an output: no fusion.
     GraphSession session = exec.begin_recorded();
     f.norm_then_mul(session);
     session.keep(f.tmp);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 0u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 0u);
   }
   {  // Norm input overwritten between norm and mul: no fusion.
     GraphSession session = exec.begin_recorded();
-    session.rms_norm(f.x, f.w, f.tmp, 1e-5f);
-    session.scale(f.s, 2.0f, f.x);
-    session.mul(f.tmp, f.s, f.out);
+    ops::rms_norm(session, f.x, f.w, f.tmp, 1e-5f);
+    ops::scale(session, f.s, 2.0f, f.x);
+    ops::mul(session, f.tmp, f.s, f.out);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 0u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 0u);
   }
   {  // Intermediate partly overwritten, then read: still live, no fusion.
     GraphSession session = exec.begin_recorded();
     f.norm_then_mul(session);
-    session.scale(f.s.rows_slice(0, 1), 2.0f, f.tmp.rows_slice(0, 1));
-    session.add(f.tmp, f.s, f.x);
+    ops::scale(session, f.s.rows_slice(0, 1), 2.0f, f.tmp.rows_slice(0, 1));
+    ops::add(session, f.tmp, f.s, f.x);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 0u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 0u);
   }
   {  // Three norm+mul pairs reusing one scratch tensor (as layers do): three fusions.
     GraphSession session = exec.begin_recorded();
     TensorView t2 = f.backend->alloc_tensor(f.dtype, Shape{f.rows, f.cols});
     TensorView t3 = f.backend->alloc_tensor(f.dtype, Shape{f.rows, f.cols});
     f.norm_then_mul(session);
-    session.rms_norm(f.out, f.w, t2, 1e-5f);
-    session.mul(f.s, t2, t3);  // intermediate as the second operand
-    session.rms_norm(t3, f.w, t2, 1e-5f);
-    session.mul(t2, f.s, f.x);
+    ops::rms_norm(session, f.out, f.w, t2, 1e-5f);
+    ops::mul(session, f.s, t2, t3);  // intermediate as the second operand
+    ops::rms_norm(session, t3, f.w, t2, 1e-5f);
+    ops::mul(session, t2, f.s, f.x);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 3u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 3u);
     EXPECT_EQ(g.dispatch_count(), 3u);
   }
 }
@@ -297,20 +298,20 @@ TEST(Fusion, ConsumerUpdatingTheIntermediateFusesOnlyUnderARuleThatSaysSo) {
   }
   ASSERT_FALSE(updating.empty());
   auto in_place = [&](GraphSession& s) {
-    s.rms_norm(f.x, f.w, f.tmp, 1e-5f);
-    s.mul(f.tmp, f.s, f.tmp);
+    ops::rms_norm(s, f.x, f.w, f.tmp, 1e-5f);
+    ops::mul(s, f.tmp, f.s, f.tmp);
   };
   {  // The library's rule: the consumer writes the intermediate, no fusion.
     GraphSession session = exec.begin_recorded();
     in_place(session);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), f.backend->registry()), 0u);
+    EXPECT_EQ(g.fuse(f.backend->fusion_rules(), *f.backend), 0u);
   }
   {  // The updating rule: fused, and the fused dispatch writes the intermediate.
     GraphSession session = exec.begin_recorded();
     in_place(session);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(updating, f.backend->registry()), 1u);
+    EXPECT_EQ(g.fuse(updating, *f.backend), 1u);
     const Dispatch& fused = *as_dispatch(g.nodes().back());
     EXPECT_TRUE(std::any_of(fused.writes.begin(), fused.writes.end(),
                             [&](const MemRange& r) { return r.contains(f.tmp.range()); }));
@@ -319,10 +320,10 @@ TEST(Fusion, ConsumerUpdatingTheIntermediateFusesOnlyUnderARuleThatSaysSo) {
     TensorView two = f.backend->alloc_tensor(DType::f32, Shape{2 * f.rows, f.cols});
     const TensorView first = two.rows_slice(0, f.rows), shifted = two.rows_slice(1, f.rows);
     GraphSession session = exec.begin_recorded();
-    session.rms_norm(f.x, f.w, first, 1e-5f);
-    session.mul(first, f.s, shifted);
+    ops::rms_norm(session, f.x, f.w, first, 1e-5f);
+    ops::mul(session, first, f.s, shifted);
     ComputeGraph g = session.take_graph();
-    EXPECT_EQ(g.fuse(updating, f.backend->registry()), 0u);
+    EXPECT_EQ(g.fuse(updating, *f.backend), 0u);
   }
 }
 
@@ -339,7 +340,7 @@ TEST_P(FusedMatchesUnfused, WithinTolerance) {
   f.out.view.fill(testing::kPoisonByte);
   GraphSession recorded = exec.begin_recorded();
   f.norm_then_mul(recorded);
-  const FinishStats stats = recorded.finish_with_fusion();
+  const FinishStats stats = recorded.finish({.fuse = true});
   EXPECT_EQ(stats.fusions, 1u);
   const std::vector<float> fused = testing::download_floats(f.out);
   // The unfused path rounds the normalised value to the storage type once more.
@@ -391,8 +392,8 @@ TEST(Fusion, ArgmaxThenFeedTokenIsOneDispatchWithTheSameResults) {
           return all;
         };
         auto emit = [&](GraphSession& s) {
-          s.argmax(x, out);
-          s.feed_token(out, ids, positions, kv_length, history);
+          ops::argmax(s, x, out);
+          ops::feed_token(s, out, ids, positions, kv_length, history);
         };
         GraphExecutor exec(backend);
         reset();
@@ -403,7 +404,7 @@ TEST(Fusion, ArgmaxThenFeedTokenIsOneDispatchWithTheSameResults) {
         reset();
         GraphSession recorded = exec.begin_recorded();
         emit(recorded);
-        EXPECT_EQ(recorded.finish_with_fusion().fusions, 1u);
+        EXPECT_EQ(recorded.finish({.fuse = true}).fusions, 1u);
         const std::vector<int32_t> fused = read_all();
         EXPECT_EQ(fused, unfused);
         const auto index = static_cast<int32_t>(planted);
@@ -423,8 +424,8 @@ TEST(Session, EveryFinishVariantComputesTheSame) {
   TensorView sum = f.backend->alloc_tensor(DType::f32, Shape{f.rows, f.cols});
   auto workload = [&](GraphSession& s) {
     f.norm_then_mul(s);
-    s.add(f.out, f.x, sum);
-    s.scale(sum, 0.5f, f.s);
+    ops::add(s, f.out, f.x, sum);
+    ops::scale(s, sum, 0.5f, f.s);
   };
   auto snapshot = [&] {
     std::vector<std::vector<float>> v;
@@ -444,15 +445,15 @@ TEST(Session, EveryFinishVariantComputesTheSame) {
   const std::vector<std::pair<std::string, Finish>> variants = {
       {"finish", [](GraphSession& s) { s.finish(); }},
       {"commit", [](GraphSession& s) { s.commit().wait_until_completed(); }},
-      {"timing", [](GraphSession& s) { s.finish_with_timing(); }},
-      {"gpu_time", [](GraphSession& s) { s.finish_with_gpu_time(); }},
-      {"fusion", [](GraphSession& s) { EXPECT_EQ(s.finish_with_fusion().fusions, s.is_recording() ? 1u : 0u); }},
-      {"fusion_timing", [](GraphSession& s) { s.finish_with_fusion_and_timing(); }},
-      {"fusion_reorder", [](GraphSession& s) { s.finish_with_fusion_and_reorder(); }},
-      {"fusion_reorder_timing", [](GraphSession& s) { s.finish_with_fusion_reorder_and_timing(); }},
+      {"timing", [](GraphSession& s) { s.finish({.measure = true}); }},
+      {"gpu_time", [](GraphSession& s) { s.finish({.measure = true}).gpu_ns; }},
+      {"fusion", [](GraphSession& s) { EXPECT_EQ(s.finish({.fuse = true}).fusions, s.is_recording() ? 1u : 0u); }},
+      {"fusion_timing", [](GraphSession& s) { s.finish({.fuse = true, .measure = true}); }},
+      {"fusion_reorder", [](GraphSession& s) { s.finish({.fuse = true, .reorder = true, .encoding = Encoding::with_barriers}); }},
+      {"fusion_reorder_timing", [](GraphSession& s) { s.finish({.fuse = true, .reorder = true, .encoding = Encoding::with_barriers, .measure = true}); }},
       {"optimized", [](GraphSession& s) { s.finish_optimized(); }},
-      {"optimized_timing", [](GraphSession& s) { s.finish_optimized_with_timing(); }},
-      {"dataflow", [](GraphSession& s) { s.finish_dataflow(); }},
+      {"optimized_timing", [](GraphSession& s) { s.finish({.fuse = true, .reorder = true, .encoding = Encoding::dual_buffer, .measure = true}); }},
+      {"dataflow", [](GraphSession& s) { s.finish({.fuse = true, .encoding = Encoding::dataflow, .measure = true}); }},
   };
   for (const auto& [name, finish] : variants) {
     SCOPED_TRACE(name);

@@ -31,9 +31,9 @@ void run_unary(OpContext& c, Unary op, DType t, int64_t rows, int64_t cols, int6
   TensorView x = c.random_input_strided(t, {rows, cols}, pad, -range, range);
   TensorView out = c.output(t, {rows, cols});
   switch (op) {
-    case Unary::gelu: c.session().gelu(x, out); break;
-    case Unary::silu: c.session().silu(x, out); break;
-    case Unary::softcap: c.session().softcap(x, kCap, out); break;
+    case Unary::gelu: ops::gelu(c.session(), x, out); break;
+    case Unary::silu: ops::silu(c.session(), x, out); break;
+    case Unary::softcap: ops::softcap(c.session(), x, kCap, out); break;
   }
   c.run();
   std::vector<double> ref = c.host(x);
@@ -51,7 +51,7 @@ void run_silu_mul(OpContext& c, DType t, int64_t rows, int64_t cols, int64_t pad
   TensorView a = c.random_input_strided(t, {rows, cols}, pad, -8.0f, 8.0f);
   TensorView b = c.random_input(t, {rows, cols}, -2.0f, 2.0f);
   TensorView out = c.output(t, {rows, cols});
-  c.session().silu_mul(a, b, out);
+  ops::silu_mul(c.session(), a, b, out);
   c.run();
   std::vector<double> ref(c.host(a).size());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] = silu_ref(c.host(a)[i]) * c.host(b)[i];
@@ -99,17 +99,17 @@ ONEPASS_OP_CASES(activation) {
 
 TEST(ActivationValidation, RejectsBadArguments) {
   expect_op_error("gelu", [](GraphSession& s, Backend& b) {
-    s.gelu(b.alloc_tensor(DType::f32, {4, 8}), b.alloc_tensor(DType::f16, {4, 8}));
+    ops::gelu(s, b.alloc_tensor(DType::f32, {4, 8}), b.alloc_tensor(DType::f16, {4, 8}));
   });
   expect_op_error("silu", [](GraphSession& s, Backend& b) {
-    s.silu(b.alloc_tensor(DType::f32, {4, 8}), b.alloc_tensor(DType::f32, {4, 9}));
+    ops::silu(s, b.alloc_tensor(DType::f32, {4, 8}), b.alloc_tensor(DType::f32, {4, 9}));
   });
   expect_op_error("silu_mul", [](GraphSession& s, Backend& b) {
-    s.silu_mul(b.alloc_tensor(DType::f32, {4, 8}), b.alloc_tensor(DType::f32, {1, 8}),
+    ops::silu_mul(s, b.alloc_tensor(DType::f32, {4, 8}), b.alloc_tensor(DType::f32, {1, 8}),
                b.alloc_tensor(DType::f32, {4, 8}));
   });
   expect_op_error("softcap", [](GraphSession& s, Backend& b) {
-    s.softcap(b.alloc_tensor(DType::f32, {4, 8}), 0.0f, b.alloc_tensor(DType::f32, {4, 8}));
+    ops::softcap(s, b.alloc_tensor(DType::f32, {4, 8}), 0.0f, b.alloc_tensor(DType::f32, {4, 8}));
   });
 }
 

@@ -39,7 +39,7 @@ void run_add_rms_norm(OpContext& c, DType t, int64_t rows, int64_t cols, bool in
   TensorView out = c.output(t, {rows, cols});
   const AddNormReference ref =
       add_rms_norm_reference(t, c.host(a), c.host(b), c.host(w), rows, cols, 1e-5);
-  c.session().add_rms_norm(a, b, sum, w, out, 1e-5f);
+  ops::add_rms_norm(c.session(), a, b, sum, w, out, 1e-5f);
   c.run();
   // Bench mode replays the pass many times; in place, each replay adds b again.
   if (in_place && c.timing()) return;
@@ -83,16 +83,16 @@ ONEPASS_OP_CASES(add_rms_norm) {
 TEST(AddRmsNormValidation, RejectsBadArguments) {
   expect_op_error("add_rms_norm", [](GraphSession& s, Backend& b) {  // weight is f32
     TensorView x = b.alloc_tensor(DType::f16, {3, 10});
-    s.add_rms_norm(x, b.alloc_tensor(DType::f16, {3, 10}), b.alloc_tensor(DType::f16, {3, 10}),
+    ops::add_rms_norm(s, x, b.alloc_tensor(DType::f16, {3, 10}), b.alloc_tensor(DType::f16, {3, 10}),
                    b.alloc_tensor(DType::f16, {10}), b.alloc_tensor(DType::f16, {3, 10}), 1e-5f);
   });
   expect_op_error("add_rms_norm", [](GraphSession& s, Backend& b) {  // b has other rows
-    s.add_rms_norm(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {1, 10}),
+    ops::add_rms_norm(s, b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {1, 10}),
                    b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {10}),
                    b.alloc_tensor(DType::f32, {3, 10}), 1e-5f);
   });
   expect_op_error("add_rms_norm", [](GraphSession& s, Backend& b) {  // weight length
-    s.add_rms_norm(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {3, 10}),
+    ops::add_rms_norm(s, b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {3, 10}),
                    b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {9}),
                    b.alloc_tensor(DType::f32, {3, 10}), 1e-5f);
   });
@@ -118,9 +118,9 @@ TEST(AddRmsNorm, MatchesUnfusedBitForBit) {
     const TensorView out_fused = backend->alloc_tensor(t, shape);
     GraphExecutor executor(backend);
     GraphSession s = executor.begin();
-    s.add(a, b, sum_unfused);
-    s.rms_norm(sum_unfused, w, out_unfused, 1e-5f);
-    s.add_rms_norm(a, b, sum_fused, w, out_fused, 1e-5f);
+    ops::add(s, a, b, sum_unfused);
+    ops::rms_norm(s, sum_unfused, w, out_unfused, 1e-5f);
+    ops::add_rms_norm(s, a, b, sum_fused, w, out_fused, 1e-5f);
     s.finish();
     EXPECT_EQ(sum_fused.view.read_as<uint8_t>(), sum_unfused.view.read_as<uint8_t>())
         << dtype_name(t);

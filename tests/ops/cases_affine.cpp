@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/affine.h"
 #include "onepass/ops/quant.h"
 #include "support/op_harness.h"
@@ -73,7 +74,7 @@ ONEPASS_OP_CASES(affine) {
             TensorView x = c.random_input_strided(DType::f32, {s.m, s.k}, s.x_pad);
             AffineWeights a = affine_weights(c, f, s.n, s.k);
             TensorView out = c.output(DType::f32, {s.m, s.n});
-            c.session().matmul_affine(x, a.w, a.scales, a.biases, out, f);
+            ops::matmul_affine(c.session(), x, a.w, a.scales, a.biases, out, f);
             c.run();
             double atol = 0;
             const auto ref = quant_cases::matmul_reference(c.host(x), a.values, a.offsets, s.m, s.n, s.k, atol);
@@ -90,17 +91,17 @@ ONEPASS_OP_CASES(affine) {
     AffineWeights a = affine_weights(c, f, 5, 128);
     TensorView out = c.output(DType::f32, {2, 5});
     // x has the wrong K.
-    EXPECT_THROW(c.session().matmul_affine(c.random_input(DType::f32, {2, 64}), a.w, a.scales,
+    EXPECT_THROW(ops::matmul_affine(c.session(), c.random_input(DType::f32, {2, 64}), a.w, a.scales,
                                            a.biases, out, f), Error);
     // Scales in the wrong dtype for the format.
     AffineFormat bf = f;
     bf.scale_type = DType::bf16;
-    EXPECT_THROW(c.session().matmul_affine(c.random_input(DType::f32, {2, 128}), a.w, a.scales,
+    EXPECT_THROW(ops::matmul_affine(c.session(), c.random_input(DType::f32, {2, 128}), a.w, a.scales,
                                            a.biases, out, bf), Error);
     // Group size that does not match the scales' shape.
     AffineFormat g32 = f;
     g32.group_size = 32;
-    EXPECT_THROW(c.session().matmul_affine(c.random_input(DType::f32, {2, 128}), a.w, a.scales,
+    EXPECT_THROW(ops::matmul_affine(c.session(), c.random_input(DType::f32, {2, 128}), a.w, a.scales,
                                            a.biases, out, g32), Error);
     c.run();
   }});

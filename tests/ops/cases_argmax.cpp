@@ -46,7 +46,7 @@ void expect_argmax_of_rows(OpContext& c, DType t, const std::vector<std::vector<
   for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
   TensorView x = c.input_from(t, {n, cols}, values);
   TensorView out = c.output(DType::i32, {n});
-  c.session().argmax(x, out);
+  ops::argmax(c.session(), x, out);
   c.run();
   ASSERT_EQ(argmax_reference(c.host(x), n, cols), expected);  // the reference agrees
   c.expect_i32(out, expected);
@@ -63,7 +63,7 @@ ONEPASS_OP_CASES(argmax) {
       cases.push_back({cat("argmax/", dtype_name(t), "/", rows, "x", cols), [=](OpContext& c) {
         TensorView x = c.random_input(t, {rows, cols}, -10.0f, 10.0f);
         TensorView out = c.output(DType::i32, {rows});
-        c.session().argmax(x, out);
+        ops::argmax(c.session(), x, out);
         c.run();
         c.expect_i32(out, argmax_reference(c.host(x), rows, cols));
       }});
@@ -71,7 +71,7 @@ ONEPASS_OP_CASES(argmax) {
     cases.push_back({cat("argmax/", dtype_name(t), "/strided_9x77"), [=](OpContext& c) {
       TensorView x = c.random_input_strided(t, {9, 77}, 5, -10.0f, 10.0f);
       TensorView out = c.output(DType::i32, {9});
-      c.session().argmax(x, out);
+      ops::argmax(c.session(), x, out);
       c.run();
       c.expect_i32(out, argmax_reference(c.host(x), 9, 77));
     }});
@@ -135,7 +135,7 @@ ONEPASS_OP_CASES(argmax) {
         TensorView positions = c.input_i32({1}, {position});
         TensorView kv_length = c.input_i32({1}, {position + 1});
         TensorView history = with_history ? c.output(DType::i32, {8}) : TensorView{};
-        c.session().feed_token(token, ids, positions, kv_length, history);
+        ops::feed_token(c.session(), token, ids, positions, kv_length, history);
         c.run();
         c.expect_i32(ids, {42}, "ids");
         c.expect_i32(positions, {position + 1}, "positions");
@@ -155,13 +155,13 @@ ONEPASS_OP_CASES(argmax) {
 TEST(ArgmaxValidation, RejectsBadArguments) {
   expect_op_error("feed_token", [](GraphSession& s, Backend& b) {
     TensorView i = b.alloc_tensor(DType::i32, {1});
-    s.feed_token(b.alloc_tensor(DType::f32, {1}), i, i, i, TensorView{});  // a float token
+    ops::feed_token(s, b.alloc_tensor(DType::f32, {1}), i, i, i, TensorView{});  // a float token
   });
   expect_op_error("argmax", [](GraphSession& s, Backend& b) {
-    s.argmax(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {3}));
+    ops::argmax(s, b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::f32, {3}));
   });
   expect_op_error("argmax", [](GraphSession& s, Backend& b) {
-    s.argmax(b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::i32, {2}));
+    ops::argmax(s, b.alloc_tensor(DType::f32, {3, 10}), b.alloc_tensor(DType::i32, {2}));
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "onepass/ops/ops.h"
 #include "onepass/exec/captured_graph.h"
 #include "onepass/ops/attention.h"
 #include "support/op_harness.h"
@@ -99,7 +100,7 @@ void run_sdpa(OpContext& c, const SdpaCase& sc) {
   TensorView v = make_cache(c, sc.cache_type, p.n_kv_head, sc.ctx, hd, valid);
   TensorView positions = c.input_i32({sc.tokens}, sc.positions);
   TensorView out = c.output(DType::f32, {sc.tokens, p.n_head, hd});
-  c.session().sdpa(q, k, v, positions, out, p);
+  ops::sdpa(c.session(), q, k, v, positions, out, p);
   c.run();
   std::vector<double> ref(static_cast<size_t>(sc.tokens * p.n_head * hd));
   const int64_t group = p.n_head / p.n_kv_head;
@@ -131,7 +132,7 @@ std::vector<double> flash_reference(const std::vector<double>& q, const std::vec
 
 void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, int64_t ctx,
                       int32_t kv_length, DType cache_type, size_t prefetch_bytes = 0,
-                      ops::KvHistory history = ops::KvHistory::after_wait) {
+                      ops::CacheWrites history = ops::CacheWrites::any_row) {
   const ops::AttentionParams p = attention_params(heads, head_dim);
   const int64_t valid = std::clamp<int64_t>(kv_length, 0, ctx);
   TensorView q = c.random_input(DType::f32, {p.n_head, head_dim}, -3.0f, 3.0f);
@@ -143,7 +144,7 @@ void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, i
   BufferView scratch = c.scratch(ops::flash_decode_scratch_bytes(p.n_head, ctx, head_dim));
   // An L2 prefetch range (read-only data of later dispatches) changes nothing.
   const BufferView prefetch = prefetch_bytes > 0 ? c.scratch(prefetch_bytes) : BufferView{};
-  c.session().flash_decode(q, k, v, length, out, scratch, p, prefetch, history);
+  ops::flash_decode(c.session(), q, k, v, length, out, scratch, p, prefetch, history);
   c.run();
   c.expect_near(out, flash_reference(c.host(q), c.host(k), c.host(v), p, ctx, kv_length),
                 attention_tolerance());
@@ -186,7 +187,7 @@ ONEPASS_OP_CASES(attention) {
                                  "_history_early"),
                              [=](OpContext& c) {
                                run_flash_decode(c, heads, hd, ctx, kv_length, cache_type, 0,
-                                                ops::KvHistory::before_wait);
+                                                ops::CacheWrites::token_row_only);
                              }});
           }
         }
@@ -298,7 +299,7 @@ TEST(FlashDecode, ReplayFollowsKvLength) {
 
   GraphExecutor executor(backend);
   GraphSession session = executor.begin_recorded();
-  session.flash_decode(q, k, v, length, out, scratch, p);
+  ops::flash_decode(session, q, k, v, length, out, scratch, p);
   CapturedGraph graph(*backend, session.take_graph());
   for (int32_t kv_length : {5, 300, 700, 1}) {
     length.view.write(std::vector<int32_t>{kv_length});
@@ -332,7 +333,7 @@ TEST(AttentionValidation, RejectsBadArguments) {
       p.head_dim = u.head_dim;
       p.scale = u.scale;
       const size_t scratch = ops::flash_decode_scratch_bytes(6, 300, 64) - u.scratch_less;
-      s.flash_decode(b.alloc_tensor(u.q_type, {6, 64}), b.alloc_tensor(DType::f16, {2, 300, 64}),
+      ops::flash_decode(s, b.alloc_tensor(u.q_type, {6, 64}), b.alloc_tensor(DType::f16, {2, 300, 64}),
                      b.alloc_tensor(u.v_type, {2, 300, 64}),
                      b.alloc_tensor(DType::i32, {u.kv_length_values}),
                      b.alloc_tensor(DType::f32, {6, 64}), b.alloc(scratch), p,
@@ -350,13 +351,13 @@ TEST(AttentionValidation, RejectsBadArguments) {
   expect_op_error("flash_decode", flash({.prefetch_offset = 8}));   // prefetch_l2 not 16-byte aligned
   expect_op_error("sdpa", [](GraphSession& s, Backend& b) {         // positions per token
     ops::AttentionParams p{0.125f, 4, 4, 64};
-    s.sdpa(b.alloc_tensor(DType::f32, {5, 4, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),
+    ops::sdpa(s, b.alloc_tensor(DType::f32, {5, 4, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),
            b.alloc_tensor(DType::f16, {4, 40, 64}), b.alloc_tensor(DType::i32, {4}),
            b.alloc_tensor(DType::f32, {5, 4, 64}), p);
   });
   expect_op_error("sdpa", [](GraphSession& s, Backend& b) {         // q heads
     ops::AttentionParams p{0.125f, 4, 4, 64};
-    s.sdpa(b.alloc_tensor(DType::f32, {5, 8, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),
+    ops::sdpa(s, b.alloc_tensor(DType::f32, {5, 8, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),
            b.alloc_tensor(DType::f16, {4, 40, 64}), b.alloc_tensor(DType::i32, {5}),
            b.alloc_tensor(DType::f32, {5, 8, 64}), p);
   });

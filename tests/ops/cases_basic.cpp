@@ -40,7 +40,7 @@ ONEPASS_OP_CASES(norm) {
         TensorView x = c.random_input(t, {rows, cols});
         TensorView w = c.random_input(DType::f32, {cols}, 0.5f, 1.5f);
         TensorView out = c.output(t, {rows, cols});
-        c.session().rms_norm(x, w, out, 1e-5f);
+        ops::rms_norm(c.session(), x, w, out, 1e-5f);
         c.run();
         c.expect_near(out, rms_norm_reference(c.host(x), &c.host(w), nullptr, false, rows, cols, 1e-5),
                       tolerance(t));
@@ -48,7 +48,7 @@ ONEPASS_OP_CASES(norm) {
       cases.push_back({cat("rms_norm_no_weight/", dtype_name(t), "/", shape), [=](OpContext& c) {
         TensorView x = c.random_input(t, {rows, cols}, -4.0f, 4.0f);
         TensorView out = c.output(t, {rows, cols});
-        c.session().rms_norm_no_weight(x, out, 1e-6f);
+        ops::rms_norm_no_weight(c.session(), x, out, 1e-6f);
         c.run();
         c.expect_near(out, rms_norm_reference(c.host(x), nullptr, nullptr, false, rows, cols, 1e-6),
                       tolerance(t));
@@ -60,7 +60,7 @@ ONEPASS_OP_CASES(norm) {
           TensorView w = c.random_input(DType::f32, {cols}, 0.5f, 1.5f);
           TensorView s = c.random_input(t, {broadcast ? 1 : rows, cols});
           TensorView out = c.output(t, {rows, cols});
-          c.session().rms_norm_mul(x, w, s, out, 1e-5f);
+          ops::rms_norm_mul(c.session(), x, w, s, out, 1e-5f);
           c.run();
           c.expect_near(out,
                         rms_norm_reference(c.host(x), &c.host(w), &c.host(s), broadcast, rows, cols, 1e-5),
@@ -73,7 +73,7 @@ ONEPASS_OP_CASES(norm) {
       TensorView x = c.random_input_strided(t, {5, 100}, 13);
       TensorView w = c.random_input(DType::f32, {100});
       TensorView out = c.output(t, {5, 100});
-      c.session().rms_norm(x, w, out, 1e-5f);
+      ops::rms_norm(c.session(), x, w, out, 1e-5f);
       c.run();
       c.expect_near(out, rms_norm_reference(c.host(x), &c.host(w), nullptr, false, 5, 100, 1e-5),
                     tolerance(t));
@@ -94,9 +94,9 @@ ONEPASS_OP_CASES(elementwise) {
             TensorView b = c.random_input(t, {broadcast ? 1 : rows, cols}, -2.0f, 2.0f);
             TensorView out = c.output(t, {rows, cols});
             if (is_add) {
-              c.session().add(a, b, out);
+              ops::add(c.session(), a, b, out);
             } else {
-              c.session().mul(a, b, out);
+              ops::mul(c.session(), a, b, out);
             }
             c.run();
             std::vector<double> ref(static_cast<size_t>(rows * cols));
@@ -114,7 +114,7 @@ ONEPASS_OP_CASES(elementwise) {
       cases.push_back({cat("scale/", dtype_name(t), "/", shape), [=](OpContext& c) {
         TensorView x = c.random_input(t, {rows, cols}, -3.0f, 3.0f);
         TensorView out = c.output(t, {rows, cols});
-        c.session().scale(x, -0.375f, out);
+        ops::scale(c.session(), x, -0.375f, out);
         c.run();
         std::vector<double> ref = c.host(x);
         for (double& v : ref) v *= -0.375;
@@ -125,7 +125,7 @@ ONEPASS_OP_CASES(elementwise) {
       TensorView a = c.random_input_strided(t, {9, 77}, 3);
       TensorView b = c.random_input_strided(t, {9, 77}, 5);
       TensorView out = c.output(t, {9, 77});
-      c.session().add(a, b, out);
+      ops::add(c.session(), a, b, out);
       c.run();
       std::vector<double> ref(c.host(a));
       for (size_t i = 0; i < ref.size(); ++i) ref[i] += c.host(b)[i];
@@ -142,7 +142,7 @@ ONEPASS_OP_CASES(copy) {
                          [=](OpContext& c) {
           TensorView src = c.random_input(from, {rows, cols}, -100.0f, 100.0f);
           TensorView dst = c.output(to, {rows, cols});
-          c.session().copy(src, dst);
+          ops::copy(c.session(), src, dst);
           c.run();
           // Conversion must round to nearest: exactly the reference rounding.
           c.expect_near(dst, rounded(to, c.host(src)), Tolerance{0.0, 0.0});
@@ -156,7 +156,7 @@ ONEPASS_OP_CASES(copy) {
       for (uint8_t& b : data) b = static_cast<uint8_t>(c.rng()());
       TensorView src = c.input_bytes(DType::u8, {bytes}, data);
       TensorView dst = c.output(DType::u8, {bytes});
-      c.session().copy_bytes(src.view, dst.view);
+      ops::copy_bytes(c.session(), src.view, dst.view);
       c.run();
       c.expect_bytes(dst, data);
     }});
@@ -164,7 +164,7 @@ ONEPASS_OP_CASES(copy) {
   cases.push_back({"copy/f32_f16/reshape_6x10_to_4x15", [](OpContext& c) {
     TensorView src = c.random_input(DType::f32, {6, 10});
     TensorView dst = c.output(DType::f16, {4, 15});
-    c.session().copy(src, dst);
+    ops::copy(c.session(), src, dst);
     c.run();
     c.expect_near(dst, rounded(DType::f16, c.host(src)), Tolerance{0.0, 0.0});
   }});

@@ -3,6 +3,7 @@
 // rounded once to the output type.
 #include <climits>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/embedding.h"
 #include "onepass/ops/quant.h"
 #include "support/op_harness.h"
@@ -28,7 +29,7 @@ ONEPASS_OP_CASES(embedding) {
                                                      dtype_is_quantized(t));
         TensorView id_tensor = c.input_i32({static_cast<int64_t>(ids.size())}, ids);
         TensorView out = c.output(o, {static_cast<int64_t>(ids.size()), dim});
-        c.session().embedding(table, id_tensor, out);
+        ops::embedding(c.session(), table, id_tensor, out);
         c.run();
         std::vector<double> ref(ids.size() * static_cast<size_t>(dim), 0.0);
         for (size_t r = 0; r < ids.size(); ++r) {
@@ -43,10 +44,10 @@ ONEPASS_OP_CASES(embedding) {
     std::vector<double> values, offsets;
     TensorView table = quant_cases::weight_input(c, DType::q4_0, {10, 64}, values, offsets, false);
     TensorView ids = c.input_i32({3}, {1, 2, 3});
-    EXPECT_THROW(c.session().embedding(table, ids, c.output(DType::f32, {3, 32})), Error);
-    EXPECT_THROW(c.session().embedding(table, c.random_input(DType::f32, {3}), c.output(DType::f32, {3, 64})),
+    EXPECT_THROW(ops::embedding(c.session(), table, ids, c.output(DType::f32, {3, 32})), Error);
+    EXPECT_THROW(ops::embedding(c.session(), table, c.random_input(DType::f32, {3}), c.output(DType::f32, {3, 64})),
                  Error);
-    EXPECT_THROW(c.session().embedding(table, ids, c.output(DType::i32, {3, 64})), Error);
+    EXPECT_THROW(ops::embedding(c.session(), table, ids, c.output(DType::i32, {3, 64})), Error);
     c.run();
   }});
 }

@@ -37,7 +37,7 @@ void run_kv_write(OpContext& c, DType src_type, DType cache_type, const KvCase& 
   TensorView cache = c.random_input(cache_type, {k.heads, k.ctx, k.head_dim}, -4.0f, 4.0f);
   TensorView positions = c.input_i32({k.tokens}, pos);
   std::vector<double> expected = c.host(cache);
-  c.session().kv_write(src, cache, positions);
+  ops::kv_write(c.session(), src, cache, positions);
   c.run();
   const std::vector<double> converted = rounded(cache_type, c.host(src));
   for (int64_t t = 0; t < k.tokens; ++t) {
@@ -90,19 +90,19 @@ ONEPASS_OP_CASES(kv_cache) {
 
 TEST(KvWriteValidation, RejectsBadArguments) {
   expect_op_error("kv_write", [](GraphSession& s, Backend& b) {  // head count differs
-    s.kv_write(b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::f16, {2, 32, 64}),
+    ops::kv_write(s, b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::f16, {2, 32, 64}),
                b.alloc_tensor(DType::i32, {2}));
   });
   expect_op_error("kv_write", [](GraphSession& s, Backend& b) {  // positions must be i32
-    s.kv_write(b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::f16, {4, 32, 64}),
+    ops::kv_write(s, b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::f16, {4, 32, 64}),
                b.alloc_tensor(DType::f32, {2}));
   });
   expect_op_error("kv_write", [](GraphSession& s, Backend& b) {  // one position per token
-    s.kv_write(b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::f16, {4, 32, 64}),
+    ops::kv_write(s, b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::f16, {4, 32, 64}),
                b.alloc_tensor(DType::i32, {3}));
   });
   expect_op_error("kv_write", [](GraphSession& s, Backend& b) {  // cache is a float type
-    s.kv_write(b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::i32, {4, 32, 64}),
+    ops::kv_write(s, b.alloc_tensor(DType::f32, {2, 4, 64}), b.alloc_tensor(DType::i32, {4, 32, 64}),
                b.alloc_tensor(DType::i32, {2}));
   });
 }

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/quant.h"
 #include "support/op_harness.h"
@@ -169,7 +170,7 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t
     std::vector<double> w_values, offsets;
     TensorView w = weight_input(c, t, {n, k}, w_values, offsets, random_bits);
     TensorView out = c.output(DType::f32, {m, n});
-    c.session().matmul(x, w, out);
+    ops::matmul(c.session(), x, w, out);
     c.run();
     double atol = 0;
     const bool cuda = c.backend().kind() == BackendKind::cuda;
@@ -252,7 +253,7 @@ ONEPASS_OP_CASES(matmul) {
           w_values.insert(w_values.end(), wide_values.begin() + r * kWide, wide_values.begin() + r * kWide + kK);
         }
         TensorView out = c.output(DType::f32, {1, kN});
-        c.session().matmul(x, w, out);
+        ops::matmul(c.session(), x, w, out);
         c.run();
         double atol = 0;
         const std::vector<double> ref = matmul_reference(c.host(x), w_values, offsets, 1, kN, kK, atol, false, 0.0);
@@ -280,12 +281,12 @@ ONEPASS_OP_CASES(matmul) {
     std::vector<double> values, offsets;
     TensorView w = weight_input(c, DType::q4_0, {5, 96}, values, offsets, false);
     TensorView out = c.output(DType::f32, {2, 5});
-    EXPECT_THROW(c.session().matmul(x, w, out), Error);
+    EXPECT_THROW(ops::matmul(c.session(), x, w, out), Error);
     TensorView w64 = weight_input(c, DType::q8_0, {5, 64}, values, offsets, false);
-    EXPECT_THROW(c.session().matmul(x, w64, c.output(DType::f32, {2, 6})), Error);
-    EXPECT_THROW(c.session().matmul(x, c.input_i32({5, 64}, std::vector<int32_t>(320)), out), Error);
+    EXPECT_THROW(ops::matmul(c.session(), x, w64, c.output(DType::f32, {2, 6})), Error);
+    EXPECT_THROW(ops::matmul(c.session(), x, c.input_i32({5, 64}, std::vector<int32_t>(320)), out), Error);
     try {
-      c.session().matmul(x, w, out);
+      ops::matmul(c.session(), x, w, out);
     } catch (const Error& e) {
       EXPECT_EQ(e.where(), "matmul");
       EXPECT_NE(std::string(e.what()).find("expected K = 96"), std::string::npos) << e.what();

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/matmul_id.h"
 #include "onepass/ops/quant.h"
 #include "support/op_harness.h"
@@ -48,7 +49,7 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t tokens, int64_t slots
     params.n_experts = kExperts;
     params.slots = static_cast<int32_t>(slots);
     params.per_slot_input = per_slot;
-    c.session().matmul_id(x, w, id_tensor, out, scratch, params);
+    ops::matmul_id(c.session(), x, w, id_tensor, out, scratch, params);
     c.run();
 
     std::vector<double> ref(static_cast<size_t>(tokens * slots * n), 0.0);
@@ -104,15 +105,15 @@ ONEPASS_OP_CASES(matmul_id) {
     params.n_experts = 4;
     params.slots = 2;
     // Scratch too small for the grouped path.
-    EXPECT_THROW(c.session().matmul_id(x, w, ids, out, c.scratch(8), params), Error);
+    EXPECT_THROW(ops::matmul_id(c.session(), x, w, ids, out, c.scratch(8), params), Error);
     // Expert count that does not match w.
     params.n_experts = 5;
     const BufferView scratch = c.scratch(ops::matmul_id_scratch_bytes(5, 2, 5));
-    EXPECT_THROW(c.session().matmul_id(x, w, ids, out, scratch, params), Error);
+    EXPECT_THROW(ops::matmul_id(c.session(), x, w, ids, out, scratch, params), Error);
     // Per-slot input with a shared-input shape.
     params.n_experts = 4;
     params.per_slot_input = true;
-    EXPECT_THROW(c.session().matmul_id(x, w, ids, out, scratch, params), Error);
+    EXPECT_THROW(ops::matmul_id(c.session(), x, w, ids, out, scratch, params), Error);
     c.run();
   }});
 }

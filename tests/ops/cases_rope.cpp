@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/rope.h"
 #include "support/op_harness.h"
 
@@ -92,7 +93,7 @@ void run_rope(OpContext& c, DType t, const RopeCase& rc, ops::RopeLayout layout,
     min_factor = *std::min_element(c.host(p.freq_factors).begin(), c.host(p.freq_factors).end());
   }
   const std::vector<double> x_host = c.host(x);  // a copy: in place overwrites x
-  c.session().rope(x, out, positions, p);
+  ops::rope(c.session(), x, out, positions, p);
   c.run();
   // Bench mode replays the pass many times; in place, each replay rotates again.
   if (in_place && c.timing()) return;
@@ -151,7 +152,7 @@ TEST(RopeValidation, RejectsBadArguments) {
       ops::RopeParams p;
       p.rotary_dims = rotary;
       if (n_factors > 0) p.freq_factors = b.alloc_tensor(DType::f32, {n_factors});
-      s.rope(x, x, b.alloc_tensor(DType::i32, {n_pos}), p);
+      ops::rope(s, x, x, b.alloc_tensor(DType::i32, {n_pos}), p);
     };
   };
   expect_op_error("rope", rope(31, {3, 2, 64}, 3, 0));     // odd rotary dims
@@ -164,14 +165,14 @@ TEST(RopeValidation, RejectsBadArguments) {
     ops::RopeParams p;
     p.cos_sin = b.alloc_tensor(DType::f32, {64});
     p.cos_sin_use = ops::RopeCosSin::store;
-    s.rope(x, x, b.alloc_tensor(DType::i32, {1}), p);
+    ops::rope(s, x, x, b.alloc_tensor(DType::i32, {1}), p);
   });
   expect_op_error("rope", [](GraphSession& s, Backend& b) {
     // out overlaps x shifted by one row: neither in place nor disjoint
     TensorView all = b.alloc_tensor(DType::f32, {4, 2, 64});
     TensorView x = all.rows_slice(0, 6).reshaped({3, 2, 64});
     TensorView out = all.rows_slice(2, 6).reshaped({3, 2, 64});
-    s.rope(x, out, b.alloc_tensor(DType::i32, {3}), {});
+    ops::rope(s, x, out, b.alloc_tensor(DType::i32, {3}), {});
   });
 }
 
@@ -191,7 +192,7 @@ TEST(RopeKvValidation, RejectsBadCosSin) {
       p.rotary_dims = 32;
       if (u.buffer) p.cos_sin = b.alloc_tensor(u.type, {u.values});
       p.cos_sin_use = ops::RopeCosSin::load;
-      s.rope_kv_write(b.alloc_tensor(DType::f32, {t, 4, 64}), b.alloc_tensor(DType::f32, {t, 2, 64}),
+      ops::rope_kv_write(s, b.alloc_tensor(DType::f32, {t, 4, 64}), b.alloc_tensor(DType::f32, {t, 2, 64}),
                       b.alloc_tensor(DType::f32, {t, 2, 64}), b.alloc_tensor(DType::f16, {2, 16, 64}),
                       b.alloc_tensor(DType::f16, {2, 16, 64}), b.alloc_tensor(DType::i32, {t}), p);
     };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/rope.h"
 #include "support/op_harness.h"
 
@@ -92,7 +93,7 @@ ONEPASS_OP_CASES(rope_kv) {
       const std::vector<double> q0 = c.host(q);
       std::vector<double> want_q = q0, want_k = c.host(k), want_kc = c.host(kc), want_vc = c.host(vc);
       const std::vector<double>& vv = c.host(v);
-      c.session().rope_kv_write(q, k, v, kc, vc, positions, p);
+      ops::rope_kv_write(c.session(), q, k, v, kc, vc, positions, p);
       c.run();
       const std::vector<double>* f = s.factors ? &factor_values : nullptr;
       for (int64_t t = 0; t < s.tokens; ++t) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "onepass/ops/ops.h"
 #include "onepass/ops/softmax.h"
 #include "support/op_harness.h"
 
@@ -98,7 +99,7 @@ ONEPASS_OP_CASES(softmax) {
       cases.push_back({cat("softmax/", dtype_name(t), "/", s.name), [=](OpContext& c) {
         TensorView x = c.random_input(t, {s.rows, s.cols}, -8.0f, 8.0f);
         TensorView out = c.output(t, {s.rows, s.cols});
-        c.session().softmax(x, out, s.params);
+        ops::softmax(c.session(), x, out, s.params);
         c.run();
         c.expect_near(out, softmax_reference(c.host(x), s.rows, s.cols, s.params),
                       softmax_tolerance(t, s.cols));
@@ -108,7 +109,7 @@ ONEPASS_OP_CASES(softmax) {
       const ops::SoftmaxParams p = make_params(0.5f, true, 60, 9);
       TensorView x = c.random_input_strided(t, {9, 77}, 13, -8.0f, 8.0f);
       TensorView out = c.output(t, {9, 77});
-      c.session().softmax(x, out, p);
+      ops::softmax(c.session(), x, out, p);
       c.run();
       c.expect_near(out, softmax_reference(c.host(x), 9, 77, p), softmax_tolerance(t, 77));
     }});
@@ -117,18 +118,18 @@ ONEPASS_OP_CASES(softmax) {
 
 TEST(SoftmaxValidation, RejectsBadArguments) {
   expect_op_error("softmax", [](GraphSession& s, Backend& b) {
-    s.softmax(b.alloc_tensor(DType::f32, {6, 10}), b.alloc_tensor(DType::bf16, {6, 10}), {});
+    ops::softmax(s, b.alloc_tensor(DType::f32, {6, 10}), b.alloc_tensor(DType::bf16, {6, 10}), {});
   });
   expect_op_error("softmax", [](GraphSession& s, Backend& b) {
     ops::SoftmaxParams p;
     p.causal = true;
     p.queries = 4;  // 6 rows are not a whole number of heads
-    s.softmax(b.alloc_tensor(DType::f32, {6, 10}), b.alloc_tensor(DType::f32, {6, 10}), p);
+    ops::softmax(s, b.alloc_tensor(DType::f32, {6, 10}), b.alloc_tensor(DType::f32, {6, 10}), p);
   });
   expect_op_error("softmax", [](GraphSession& s, Backend& b) {
     ops::SoftmaxParams p;
     p.scale = std::numeric_limits<float>::quiet_NaN();
-    s.softmax(b.alloc_tensor(DType::f32, {6, 10}), b.alloc_tensor(DType::f32, {6, 10}), p);
+    ops::softmax(s, b.alloc_tensor(DType::f32, {6, 10}), b.alloc_tensor(DType::f32, {6, 10}), p);
   });
 }
 

@@ -8,7 +8,7 @@
 //     for (DType t : kFloatTypes) cases.push_back({cat("rms_norm/", dtype_name(t)), [=](OpContext& c) {
 //       TensorView x = c.random_input(t, {7, 333});
 //       ...
-//       c.session().rms_norm(x, w, out, 1e-5f);
+//       ops::rms_norm(c.session(), x, w, out, 1e-5f);
 //       c.run();
 //       c.expect_near(out, reference, tolerance(t));
 //     }});
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "onepass/ops/ops.h"
 #include "onepass/exec/graph_session.h"
 #include "support/testing.h"
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "onepass/ops/ops.h"
 #include "onepass/exec/graph_session.h"
 #include "onepass/ops/matmul_id.h"
 #include "onepass/ops/quant.h"
@@ -622,7 +623,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
         TensorView wt = upload(t, {n, k}, wq.data());
         TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
         GraphSession session = executor.begin();
-        session.matmul(xt, wt, ot);
+        ops::matmul(session, xt, wt, ot);
         session.finish();
         const std::vector<float> out = ot.view.read_as<float>();
         for (int64_t i = 0; i < m; ++i) {
@@ -660,7 +661,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
           TensorView bt = upload(f.scale_type, {n, k / group}, biases.data());
           TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
           GraphSession session = executor.begin();
-          session.matmul_affine(xt, wt, st, bt, ot, f);
+          ops::matmul_affine(session, xt, wt, st, bt, ot, f);
           session.finish();
           const std::vector<float> out = ot.view.read_as<float>();
           for (int64_t i = 0; i < m; ++i) {
@@ -694,7 +695,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
         params.n_experts = static_cast<int32_t>(experts);
         params.slots = static_cast<int32_t>(slots);
         GraphSession session = executor.begin();
-        session.matmul_id(xt, wt, it, ot, scratch, params);
+        ops::matmul_id(session, xt, wt, it, ot, scratch, params);
         session.finish();
         const std::vector<float> out = ot.view.read_as<float>();
         for (int64_t p = 0; p < tokens * slots; ++p) {
@@ -738,7 +739,7 @@ TEST(CpuMatmul, ResultsDoNotDependOnThreads) {
       wt.view.write(wq);
       GraphExecutor executor(backend);
       GraphSession session = executor.begin();
-      session.matmul(xt, wt, ot);
+      ops::matmul(session, xt, wt, ot);
       session.finish();
       results.push_back(ot.view.read_as<float>());
     }

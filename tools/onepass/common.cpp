@@ -1,4 +1,5 @@
 #include "common.h"
+#include "onepass/ops/ops.h"
 #include "onepass/exec/graph_session.h"
 #include "onepass/exec/captured_graph.h"
 
@@ -148,7 +149,7 @@ CopyBandwidth measure_copy_bandwidth(const std::shared_ptr<Backend>& backend) {
   dst.fill(0xA5);
   GraphExecutor executor(backend);
   GraphSession session = executor.begin_recorded();
-  session.copy_bytes(src, dst);
+  ops::copy_bytes(session, src, dst);
   CapturedGraph graph(*backend, session.take_graph());
   graph.set_timing(cuda);
   graph.run();  // warm-up

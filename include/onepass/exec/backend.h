@@ -14,6 +14,7 @@
 #include "onepass/exec/dispatch.h"
 #include "onepass/exec/fusion.h"
 #include "onepass/exec/kernel.h"
+#include "onepass/exec/kernel_choice.h"
 
 namespace onepass {
 
@@ -77,6 +78,12 @@ class Backend : public Device {
  public:
   /// Kernels this backend can run.
   virtual const KernelRegistry& registry() const = 0;
+  /// The kernel and launch shape this backend runs for an op (its selector for
+  /// request.op); a choice without a kernel when it has none for that op. This is the one
+  /// place where a backend's kernel choice is made.
+  KernelChoice choose_kernel(const KernelRequest& request) const;
+  /// Selectors by op, filled when the backend is created.
+  KernelSelectors& selectors() { return selectors_; }
   /// A new, empty submission. `label` names it in profiles and traces.
   virtual std::unique_ptr<Submission> new_submission(SubmitMode mode, std::string_view label) = 0;
 
@@ -96,6 +103,7 @@ class Backend : public Device {
  private:
   Options options_;
   FusionRules fusion_rules_;
+  KernelSelectors selectors_;
 };
 
 }  // namespace onepass

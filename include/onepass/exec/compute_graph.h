@@ -46,8 +46,8 @@ class ComputeGraph {
   const std::vector<MemRange>& kept() const { return keep_; }
 
   // --- passes ----------------------------------------------------------------------
-  uint32_t fuse(const FusionRules& rules, const KernelRegistry& registry) {
-    return fuse_pass(nodes_, rules, registry, keep_);
+  uint32_t fuse(const FusionRules& rules, const Backend& backend) {
+    return fuse_pass(nodes_, rules, backend, keep_);
   }
   uint32_t reorder() { return reorder_pass(nodes_); }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -29,6 +30,10 @@ struct Dispatch {
   alignas(16) std::array<std::byte, kMaxArgBytes> args{};
   uint32_t args_size = 0;
   OpKind op_kind = OpKind::other;
+  /// The op the kernel computes (KernelRequest::op, a string literal) and the element type
+  /// that selected it: what fusion rules match, never the kernel's name.
+  std::string_view op;
+  DType type = DType::f32;
   std::vector<MemRange> reads;
   std::vector<MemRange> writes;
   /// Reads the kernel may issue before its programmatic-dependent-launch wait (weights it

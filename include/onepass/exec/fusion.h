@@ -12,16 +12,17 @@
 
 namespace onepass {
 
+class Backend;
+
 struct FusionRule {
   std::string name;   // "rms_norm+mul"
   OpKind producer;    // kind of the first dispatch
   OpKind consumer;    // kind of the dispatch that reads the producer's only output
-  /// Builds the fused dispatch (kernel, dims, args, op kind). Called only once the pass
-  /// has established legality; returns nullopt when this pair cannot be fused (another
-  /// dtype, no fused kernel on this backend, ...). Reads, writes and retained buffers
-  /// are filled in by the pass.
-  std::function<std::optional<Dispatch>(const Dispatch& producer, const Dispatch& consumer,
-                                        const KernelRegistry& registry)>
+  /// Builds the fused dispatch (the backend's kernel for the fused op, its args and op
+  /// kind). Called only once the pass has established legality; returns nullopt when this
+  /// pair cannot be fused (other arguments, no fused kernel on this backend, ...). Reads,
+  /// writes and retained buffers are filled in by the pass.
+  std::function<std::optional<Dispatch>(const Dispatch& producer, const Dispatch& consumer, const Backend& backend)>
       build;
   /// The fused kernel still writes the producer's output (e.g. add + rms_norm keeps the
   /// residual sum), so it may stay live after the consumer.

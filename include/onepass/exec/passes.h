@@ -24,8 +24,8 @@ inline constexpr size_t kReorderLookahead = 64;
 /// every layer still fuse. Rules that keep the intermediate (the fused kernel writes it
 /// too) skip the deadness condition. The fused dispatch takes the consumer's place;
 /// barriers stay where they were. Returns the number of fusions.
-uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules,
-                   const KernelRegistry& registry, std::span<const MemRange> keep = {});
+uint32_t fuse_pass(std::vector<Node>& nodes, const FusionRules& rules, const Backend& backend,
+                   std::span<const MemRange> keep = {});
 
 /// The seeds' greedy reorder (llama.cpp's graph_optimize_reorder): strips barriers, then
 /// pulls reorderable dispatches up to kReorderLookahead nodes forward into the open

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -34,5 +35,17 @@ struct SiluMulArgs {
   int64_t b_stride;
   int64_t out_stride;
 };
+
+/// out = gelu(x), tanh approximation.
+void gelu(GraphSession& s, const TensorView& x, const TensorView& out);
+
+/// out = x * sigmoid(x).
+void silu(GraphSession& s, const TensorView& x, const TensorView& out);
+
+/// out = silu(a) * b.
+void silu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out);
+
+/// out = tanh(x / cap) * cap.
+void softcap(GraphSession& s, const TensorView& x, float cap, const TensorView& out);
 
 }  // namespace onepass::ops

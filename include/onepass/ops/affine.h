@@ -6,6 +6,7 @@
 #include <string>
 
 #include "onepass/core/dtype.h"
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -35,9 +36,14 @@ struct AffineMatmulArgs {
   int64_t scale_stride;  // elements
   int64_t bias_stride;   // elements
   int64_t out_stride;
+  int32_t bits;        // the format (AffineFormat), which selects the kernel variant
+  int32_t group_size;
 };
 
-/// "mv_affine_q4_g64_bf16_f32" and the like; `mv` selects the matrix-vector kernel.
-std::string affine_kernel_name(bool mv, const AffineFormat& format);
+
+/// MLX affine quantized matmul: w packed u32 [N, K*bits/32], scales and biases
+/// [N, K/group] in the format's scale dtype.
+void matmul_affine(GraphSession& s, const TensorView& x, const TensorView& w, const TensorView& scales,
+                                    const TensorView& biases, const TensorView& out, const AffineFormat& format);
 
 }  // namespace onepass::ops

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -16,12 +17,6 @@ namespace onepass::ops {
 /// cuda_argmax_chunks(cols), 1024 threads; block (c, r) scans [argmax_chunk_begin(c),
 /// argmax_chunk_begin(c + 1)) of row r and the cluster's first block merges the chunks.
 /// (One block per row took 16 us for a 128,256-value vocabulary on an H200.)
-inline constexpr int64_t kCudaArgmaxClusterMinCols = 16384;
-inline constexpr int64_t kCudaArgmaxClusterMax = 8;
-inline int64_t cuda_argmax_chunks(int64_t cols) {
-  const int64_t chunks = (cols + 8191) / 8192;
-  return chunks < kCudaArgmaxClusterMax ? chunks : kCudaArgmaxClusterMax;
-}
 /// First column of chunk c of `chunks`: a multiple of 8 (whole 16-byte loads of aligned
 /// rows). (Host and device.)
 #if defined(__CUDACC__)
@@ -82,5 +77,14 @@ struct ArgmaxFeedArgs {
   ArgmaxArgs argmax;
   FeedTokenArgs feed;
 };
+
+/// out[r] = index of the largest value of row r (i32; lowest index on ties).
+void argmax(GraphSession& s, const TensorView& x, const TensorView& out);
+
+/// Greedy decoding on the device (FeedTokenArgs): token [1] (an argmax) becomes
+/// the next step's input id, positions and kv_length advance by one, and the token is
+/// recorded at history[position + 1]. All i32; history may be empty.
+void feed_token(GraphSession& s, const TensorView& token, const TensorView& ids, const TensorView& positions,
+                                 const TensorView& kv_length, const TensorView& history);
 
 }  // namespace onepass::ops

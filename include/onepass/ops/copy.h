@@ -2,10 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
-/// dst[r, c] = convert(src[r, c]). Kernel copy_<S>_<D>. Strides in elements.
+/// dst[r, c] = convert(src[r, c]). Strides in elements.
 struct CopyArgs {
   const void* src;
   void* dst;
@@ -15,14 +16,18 @@ struct CopyArgs {
   int64_t dst_stride;
 };
 
-/// dst[0, bytes) = src[0, bytes). Kernel copy_bytes. CPU: 4096 bytes per block; CUDA:
-/// grid-stride over bytes (16-byte words when both pointers allow).
+/// dst[0, bytes) = src[0, bytes).
 struct CopyBytesArgs {
   const void* src;
   void* dst;
   uint64_t bytes;
 };
 
-inline constexpr uint64_t kCpuCopyBytesBlock = 4096;
+/// Copy with conversion between f32, f16 and bf16 (same number of elements).
+void copy(GraphSession& s, const TensorView& src, const TensorView& dst);
+
+/// Raw byte copy of src into dst (same size); e.g. the per-step inputs of a replayed
+/// graph from host-visible memory into device memory.
+void copy_bytes(GraphSession& s, const BufferView& src, const BufferView& dst);
 
 }  // namespace onepass::ops

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -32,7 +33,13 @@ struct ScaleArgs {
   float factor;
 };
 
-/// Elements per block of the CPU elementwise kernels.
-inline constexpr int64_t kCpuElementwiseBlock = 4096;
+/// out = a + b; b has a's shape or is one row broadcast over a's rows.
+void add(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out);
+
+/// out = a * b; broadcast as add.
+void mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out);
+
+/// out = x * factor.
+void scale(GraphSession& s, const TensorView& x, float factor, const TensorView& out);
 
 }  // namespace onepass::ops

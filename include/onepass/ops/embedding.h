@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -20,5 +21,8 @@ struct EmbeddingArgs {
   int64_t table_row_bytes;
   int64_t out_stride;  // elements between rows of out
 };
+
+/// out[t] = table[ids[t]] converted to out's dtype; table may be quantized.
+void embedding(GraphSession& s, const TensorView& table, const TensorView& ids, const TensorView& out);
 
 }  // namespace onepass::ops

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -24,5 +25,9 @@ struct KvWriteArgs {
   int64_t src_stride;
   int64_t cache_stride;
 };
+
+/// Writes src [tokens, n_kv_head, head_dim] into cache [n_kv_head, ctx, head_dim] at
+/// the rows given by positions (i32 [tokens]), converting to the cache dtype.
+void kv_write(GraphSession& s, const TensorView& src, const TensorView& cache, const TensorView& positions);
 
 }  // namespace onepass::ops

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -59,5 +60,10 @@ inline constexpr int64_t kMatmulIdMvMaxTokens = 1;
 /// Scratch bytes the mm path needs for T tokens, S slots, E experts (the mv path needs
 /// none; passing this many bytes is always enough).
 size_t matmul_id_scratch_bytes(int64_t tokens, int64_t slots, int64_t n_experts);
+
+/// Expert-routed matmul (MoE): see ops/matmul_id.h.
+void matmul_id(GraphSession& s, const TensorView& x, const TensorView& w, const TensorView& ids,
+                                const TensorView& out, const BufferView& scratch,
+                                const MatmulIdParams& params);
 
 }  // namespace onepass::ops

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -45,5 +46,19 @@ struct AddRmsNormArgs {
   int64_t out_stride;
   float eps;
 };
+
+/// out = x / rms(x) * weight over the last dim.
+void rms_norm(GraphSession& s, const TensorView& x, const TensorView& weight, const TensorView& out, float eps);
+
+/// out = x / rms(x).
+void rms_norm_no_weight(GraphSession& s, const TensorView& x, const TensorView& out, float eps);
+
+/// out = x / rms(x) * weight * scale (scale same shape as out or one row).
+void rms_norm_mul(GraphSession& s, const TensorView& x, const TensorView& weight, const TensorView& scale,
+                                   const TensorView& out, float eps);
+
+/// sum = a + b; out = sum / rms(sum) * weight (residual add fused with the next norm).
+void add_rms_norm(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& sum,
+                                   const TensorView& weight, const TensorView& out, float eps);
 
 }  // namespace onepass::ops

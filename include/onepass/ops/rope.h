@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "onepass/core/tensor.h"
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -95,5 +96,20 @@ struct RopeKvArgs {
   float* cos_sin_out;       // RopeCosSin::store, else null
   const float* cos_sin_in;  // RopeCosSin::load, else null
 };
+
+/// Operands of rope_kv_write a backend may read early (KernelChoice::early_operands): the
+/// angles a layer loads (RopeCosSin::load) and the position.
+inline constexpr uint32_t kRopeKvLoadedAngles = 1u << 0;
+inline constexpr uint32_t kRopeKvPositions = 1u << 1;
+
+/// RoPE over x [tokens, heads, head_dim] with positions (i32 [tokens]) from a buffer.
+void rope(GraphSession& s, const TensorView& x, const TensorView& out, const TensorView& positions,
+                           const RopeParams& params);
+
+/// RoPE on q [tokens, n_head, head_dim] in place, and RoPE'd k and v [tokens, n_kv_head,
+/// head_dim] written into the caches at positions: rope + rope + kv_write + kv_write in
+/// one dispatch (the decode step's attention inputs).
+void rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
+                                    const TensorView& v_cache, const TensorView& positions, const RopeParams& params);
 
 }  // namespace onepass::ops

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include "onepass/exec/graph_session.h"
 
 namespace onepass::ops {
 
@@ -33,5 +34,8 @@ struct SoftmaxArgs {
   int32_t causal;
   int32_t position_offset;
 };
+
+/// Row softmax with f32 accumulation, optional scale and causal mask.
+void softmax(GraphSession& s, const TensorView& x, const TensorView& out, const SoftmaxParams& params);
 
 }  // namespace onepass::ops

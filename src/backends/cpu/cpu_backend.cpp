@@ -1,4 +1,5 @@
 #include "cpu_backend.h"
+#include "select.h"
 
 #include <sys/sysinfo.h>
 
@@ -259,6 +260,7 @@ CpuBackend::CpuBackend(const Options& options) : Backend(options), pool_(options
   struct sysinfo si {};
   if (sysinfo(&si) == 0) info_.total_memory = static_cast<size_t>(si.totalram) * si.mem_unit;
   register_cpu_kernels(registry_);
+  register_cpu_selectors(selectors());
 }
 
 CpuBackend::~CpuBackend() = default;

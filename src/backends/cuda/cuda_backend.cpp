@@ -1,4 +1,5 @@
 #include "cuda_backend.h"
+#include "select.h"
 
 #include <algorithm>
 #include <chrono>
@@ -531,6 +532,7 @@ CudaBackend::CudaBackend(int ordinal, const Options& options) : Backend(options)
   info_.max_threads_per_block = prop.maxThreadsPerBlock;
   ONEPASS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   register_cuda_kernels(registry_);
+  register_cuda_selectors(selectors());
   for (const std::string& name : registry_.names()) {
     const Kernel& k = registry_.get(name);
     // Opted in for any dynamic size: a kernel's static shared memory counts against the

@@ -1,11 +1,13 @@
 // CPU kernels: mv_affine_* and mm_affine_* (MLX affine quantized matmul), one
 // instantiation per (bits, group size, scale type).
+#include "../../kernel_names.h"
 #include "onepass/ops/affine.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "../cpu_kernels.h"
+#include "../cpu_launch.h"
 #include "float_types.h"
 #include "onepass/ops/matmul.h"
 #include "quant_blocks.h"
@@ -242,8 +244,8 @@ void mv_affine(const void* raw, const LaunchDims&, uint64_t first, uint64_t end)
   const auto& a = *static_cast<const ops::AffineMatmulArgs*>(raw);
   const Isa isa = active_isa();
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b) * ops::kCpuMvRowsPerBlock;
-    const int64_t n1 = std::min(a.n, n0 + ops::kCpuMvRowsPerBlock);
+    const int64_t n0 = static_cast<int64_t>(b) * kCpuMvRowsPerBlock;
+    const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
     for (int64_t n = n0; n < n1; ++n) {
       const typename A::Row r = A::row(a, n);
 #if ONEPASS_CPU_X86
@@ -266,13 +268,13 @@ void mm_affine(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t
   using A = Affine<kBits, kGroup, S>;
   const auto& a = *static_cast<const ops::AffineMatmulArgs*>(raw);
   const Isa isa = active_isa();
-  const float* x_rows[ops::kCpuMmColsPerBlock];
-  float* out_rows[ops::kCpuMmColsPerBlock];
+  const float* x_rows[kCpuMmColsPerBlock];
+  float* out_rows[kCpuMmColsPerBlock];
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * ops::kCpuMmRowsPerBlock;
-    const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * ops::kCpuMmColsPerBlock;
-    const int64_t n_count = std::min(a.n - n0, ops::kCpuMmRowsPerBlock);
-    const int64_t m_count = std::min(a.m - m0, ops::kCpuMmColsPerBlock);
+    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMmRowsPerBlock;
+    const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * kCpuMmColsPerBlock;
+    const int64_t n_count = std::min(a.n - n0, kCpuMmRowsPerBlock);
+    const int64_t m_count = std::min(a.m - m0, kCpuMmColsPerBlock);
     if (n_count <= 0 || m_count <= 0) continue;
     float* tile = thread_scratch(n_count * a.k);
     for (int64_t j = 0; j < n_count; ++j) A::decode_row(A::row(a, n0 + j), a.k, tile + j * a.k);
@@ -292,9 +294,9 @@ void register_group(KernelRegistry& registry) {
       format.bits = kBits;
       format.group_size = kGroup;
       format.scale_type = S;
-      registry.add(make_cpu_kernel<ops::AffineMatmulArgs>(ops::affine_kernel_name(true, format),
+      registry.add(make_cpu_kernel<ops::AffineMatmulArgs>(affine_kernel_name(true, format.bits, format.group_size, format.scale_type),
                                                           mv_affine<kBits, kGroup, S>));
-      registry.add(make_cpu_kernel<ops::AffineMatmulArgs>(ops::affine_kernel_name(false, format),
+      registry.add(make_cpu_kernel<ops::AffineMatmulArgs>(affine_kernel_name(false, format.bits, format.group_size, format.scale_type),
                                                           mm_affine<kBits, kGroup, S>));
     }
   });

@@ -6,6 +6,7 @@
 
 #include "onepass/ops/elementwise.h"
 #include "../cpu_kernels.h"
+#include "../cpu_launch.h"
 #include "float_types.h"
 
 namespace onepass::cpu {
@@ -25,8 +26,8 @@ void copy_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t en
 
 void copy_bytes_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   const auto& a = *static_cast<const ops::CopyBytesArgs*>(raw);
-  const uint64_t begin = first * ops::kCpuCopyBytesBlock;
-  const uint64_t stop = std::min<uint64_t>(a.bytes, end * ops::kCpuCopyBytesBlock);
+  const uint64_t begin = first * kCpuCopyBytesBlock;
+  const uint64_t stop = std::min<uint64_t>(a.bytes, end * kCpuCopyBytesBlock);
   if (begin < stop) std::memcpy(static_cast<char*>(a.dst) + begin, static_cast<const char*>(a.src) + begin, stop - begin);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../cpu_launch.h"
 #include "onepass/core/dtype.h"
 #include "onepass/core/half.h"
 #include "onepass/exec/kernel.h"
@@ -44,8 +45,8 @@ struct Elem<DType::bf16> {
 template <typename F>
 void for_spans(int64_t rows, int64_t cols, uint64_t first, uint64_t end, F&& f) {
   const int64_t total = rows * cols;
-  int64_t i = static_cast<int64_t>(first) * ops::kCpuElementwiseBlock;
-  const int64_t stop = std::min<int64_t>(total, static_cast<int64_t>(end) * ops::kCpuElementwiseBlock);
+  int64_t i = static_cast<int64_t>(first) * kCpuElementwiseBlock;
+  const int64_t stop = std::min<int64_t>(total, static_cast<int64_t>(end) * kCpuElementwiseBlock);
   while (i < stop) {
     const int64_t r = i / cols;
     const int64_t c0 = i % cols;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../cpu_kernels.h"
+#include "../cpu_launch.h"
 #include "float_types.h"
 #include "onepass/core/error.h"
 #include "onepass/ops/quant.h"
@@ -878,8 +879,8 @@ void mv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end)
   const DotRowsFn dot = row_kernels(W, active_isa()).dot;
   const auto* w = static_cast<const uint8_t*>(a.w);
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b) * ops::kCpuMvRowsPerBlock;
-    const int64_t n1 = std::min(a.n, n0 + ops::kCpuMvRowsPerBlock);
+    const int64_t n0 = static_cast<int64_t>(b) * kCpuMvRowsPerBlock;
+    const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
     for (int64_t n = n0; n < n1; ++n) {
       dot(w + n * a.w_row_bytes, a.x, a.x_stride, a.m, a.k, a.out + n, a.out_stride);
     }
@@ -892,13 +893,13 @@ void mm_kernel(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t
   const Isa isa = active_isa();
   const DecodeRowFn decode = row_kernels(W, isa).decode;
   const auto* w = static_cast<const uint8_t*>(a.w);
-  const float* x_rows[ops::kCpuMmColsPerBlock];
-  float* out_rows[ops::kCpuMmColsPerBlock];
+  const float* x_rows[kCpuMmColsPerBlock];
+  float* out_rows[kCpuMmColsPerBlock];
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * ops::kCpuMmRowsPerBlock;
-    const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * ops::kCpuMmColsPerBlock;
-    const int64_t n_count = std::min(a.n - n0, ops::kCpuMmRowsPerBlock);
-    const int64_t m_count = std::min(a.m - m0, ops::kCpuMmColsPerBlock);
+    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMmRowsPerBlock;
+    const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * kCpuMmColsPerBlock;
+    const int64_t n_count = std::min(a.n - n0, kCpuMmRowsPerBlock);
+    const int64_t m_count = std::min(a.m - m0, kCpuMmColsPerBlock);
     if (n_count <= 0 || m_count <= 0) continue;
     const float* tile;
     int64_t tile_stride;

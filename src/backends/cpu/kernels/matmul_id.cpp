@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "../cpu_kernels.h"
+#include "../cpu_launch.h"
 #include "float_types.h"
 #include "onepass/ops/matmul.h"
 #include "quant_blocks.h"
@@ -54,13 +55,13 @@ void mm_id_kernel(const void* raw, const LaunchDims& dims, uint64_t first, uint6
   const int32_t* offsets = a.scratch;
   const int32_t* sorted = a.scratch + a.n_experts + 2;
   const auto* w = static_cast<const uint8_t*>(a.w);
-  constexpr int64_t kChunk = ops::kCpuMmColsPerBlock;
+  constexpr int64_t kChunk = kCpuMmColsPerBlock;
   const float* x_rows[kChunk];
   float* out_rows[kChunk];
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * ops::kCpuMmRowsPerBlock;
+    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMmRowsPerBlock;
     const int64_t expert = static_cast<int64_t>(b / dims.grid.x);
-    const int64_t n_count = std::min(a.n - n0, ops::kCpuMmRowsPerBlock);
+    const int64_t n_count = std::min(a.n - n0, kCpuMmRowsPerBlock);
     // Offsets come from matmul_id_group; clamped anyway so that no value in scratch can
     // send a read out of bounds.
     const int64_t begin = std::clamp<int64_t>(offsets[expert], 0, pairs);
@@ -95,9 +96,9 @@ void mv_id_kernel(const void* raw, const LaunchDims& dims, uint64_t first, uint6
   const DotRowsFn dot = row_kernels(W, active_isa()).dot;
   const auto* w = static_cast<const uint8_t*>(a.w);
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * ops::kCpuMvRowsPerBlock;
+    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMvRowsPerBlock;
     const int64_t pair = static_cast<int64_t>(b / dims.grid.x);  // (t, s) with s fastest
-    const int64_t n1 = std::min(a.n, n0 + ops::kCpuMvRowsPerBlock);
+    const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
     float* out = out_row(a, pair);
     const int64_t expert = expert_of(a, pair);
     if (expert == a.n_experts) {

@@ -2,6 +2,7 @@
 // output row, lanes over the row's packed words) and mm_affine_... (64 x 64 tiles with the
 // weights decoded into shared memory). w = scale * q + bias per group (ops/quant.h).
 #include "common.cuh"
+#include "../../kernel_names.h"
 #include "onepass/ops/affine.h"
 #include "registration.h"
 #include "tile.cuh"
@@ -100,9 +101,9 @@ void register_format(KernelRegistry& registry) {
   f.bits = kBits;
   f.group_size = kGroup;
   f.scale_type = S;
-  registry.add(make_cuda_kernel<ops::AffineMatmulArgs>(ops::affine_kernel_name(true, f),
+  registry.add(make_cuda_kernel<ops::AffineMatmulArgs>(affine_kernel_name(true, f.bits, f.group_size, f.scale_type),
                                                        reinterpret_cast<const void*>(&mv_affine_kernel<kBits, kGroup, S>), 128));
-  registry.add(make_cuda_kernel<ops::AffineMatmulArgs>(ops::affine_kernel_name(false, f),
+  registry.add(make_cuda_kernel<ops::AffineMatmulArgs>(affine_kernel_name(false, f.bits, f.group_size, f.scale_type),
                                                        reinterpret_cast<const void*>(&mm_affine_kernel<kBits, kGroup, S>), 256));
 }
 

@@ -11,6 +11,7 @@
 
 #include "common.cuh"
 #include "onepass/ops/argmax.h"
+#include "../launch.h"
 #include "ptx.cuh"
 #include "registration.h"
 
@@ -120,7 +121,7 @@ __global__ void argmax_kernel(const __grid_constant__ Args args) {
   if (threadIdx.x == 0) store_index(args, r, best_i == kNone ? 0 : best_i);
 }
 
-// Grid {chunks, rows} in clusters of {chunks, 1, 1} (ops::kCudaArgmaxClusterMax at most):
+// Grid {chunks, rows} in clusters of {chunks, 1, 1} (kCudaArgmaxClusterMax at most):
 // block (c, r) takes chunk c of row r (ops::argmax_chunk_begin) and stores its candidate
 // into slot c of the first block's shared memory (st.async, counted on that block's
 // transaction barrier); once all have landed, its first thread merges them in chunk order
@@ -130,8 +131,8 @@ __global__ void __launch_bounds__(1024) argmax_cluster_kernel(const __grid_const
   using S = typename Elem<T>::storage;
   const ops::ArgmaxArgs& a = argmax_args(args);
   namespace cg = cooperative_groups;
-  __shared__ float chunk_value[ops::kCudaArgmaxClusterMax];
-  __shared__ int32_t chunk_index[ops::kCudaArgmaxClusterMax];
+  __shared__ float chunk_value[kCudaArgmaxClusterMax];
+  __shared__ int32_t chunk_index[kCudaArgmaxClusterMax];
   __shared__ uint64_t slots_full;  // the first block's: completes when the others' candidates land
   const cg::cluster_group cluster = cg::this_cluster();
   const int64_t r = blockIdx.y;

@@ -17,6 +17,7 @@
 
 #include "common.cuh"
 #include "onepass/ops/attention.h"
+#include "../launch.h"
 #include "ptx.cuh"
 #include "registration.h"
 
@@ -26,7 +27,7 @@ namespace {
 constexpr int kMaxWarps = 4;  // blockDim.x <= 128: the op launches 128 (registered max)
 constexpr int kMaxThreads = kMaxWarps * 32;
 constexpr int kWarpKeys = 64;  // most keys per stage; keys per tile of the scalar fallback
-constexpr int kMaxHeadDim = static_cast<int>(ops::kCudaAttentionMaxHeadDim);
+constexpr int kMaxHeadDim = static_cast<int>(kCudaAttentionMaxHeadDim);
 constexpr int kStages = 3;         // depth of each warp's copy ring
 constexpr int kStageBytes = 2048;  // K rows of one stage (and as many V bytes)
 constexpr int kWarpBytes = kStages * 2 * kStageBytes;
@@ -288,7 +289,7 @@ struct StageCursor {
 // below `held` only, one commit group per stage (empty where nothing is copied). `held`
 // is end, or end - 1 when the cluster kernel runs this before its PDL wait: the keys
 // below it are rows that no dispatch still running can write
-// (FlashDecodeArgs::history_before_wait), and attend_warps copies the last after the wait.
+// (FlashDecodeArgs::token_row_only), and attend_warps copies the last after the wait.
 template <DType C>
 __device__ __forceinline__ void attend_prologue(const WarpAttention<C>& w, const typename Elem<C>::storage* k,
                                                 const typename Elem<C>::storage* v, int64_t k_stride,
@@ -667,7 +668,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   // 16 tokens, side by side: smollm2 2,678-2,681 -> 2,716-2,719, llama-1b q4_0 2,040 -> 2,048.
   // (Or every copy after the wait: then the wait comes first. Either way one copy of the
   // code, and the whole block takes the same branch.)
-  const bool early = a.history_before_wait != 0;
+  const bool early = a.token_row_only != 0;
   if (!early) pdl_wait();
   plan.prologue(k, v, a.k_stride, a.v_stride, begin, end, early && length - 1 < end ? length - 1 : end, sh);
   if (early) pdl_wait();
@@ -724,7 +725,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   // exp at a time took ~1 µs. Lane c of the first warp computing chunk c's weight and
   // publishing it through shared memory behind a barrier: H100 decode after 16 tokens
   // smollm2 2055 -> 2090 (+1.6%), llama-1b q8_0 1400 -> 1426, q4_0 1770 -> 1760, f16 998.)
-  constexpr int kMaxChunks = static_cast<int>(ops::kCudaFlashDecodeClusterMax);
+  constexpr int kMaxChunks = static_cast<int>(kCudaFlashDecodeClusterMax);
   const int chunks = static_cast<int>(used);
   float chunk_m[kMaxChunks];
   float chunk_l[kMaxChunks];
@@ -764,7 +765,7 @@ void register_attention_cuda_kernels(KernelRegistry& registry) {
         "sdpa_" + t, reinterpret_cast<const void*>(&sdpa_kernel<C>), kMaxThreads));
     Kernel flash = make_cuda_kernel<ops::FlashDecodeArgs>(
         "flash_decode_cluster_" + t, reinterpret_cast<const void*>(&flash_decode_cluster_kernel<C>), kMaxThreads,
-        true, ops::flash_decode_cluster_shared_bytes(ops::kCudaFlashDecodeClusterMax, kMaxHeadDim));
+        true, flash_decode_cluster_shared_bytes(kCudaFlashDecodeClusterMax, kMaxHeadDim));
     flash.cluster_rows = true;
     registry.add(std::move(flash));
   });

@@ -14,6 +14,7 @@
 // cores (matmul_tc.cu).
 #include "common.cuh"
 #include "onepass/ops/matmul.h"
+#include "../matmul/launch.h"
 #include "ptx.cuh"
 #include "quant_dot.cuh"
 #include "registration.h"
@@ -211,7 +212,7 @@ __device__ __forceinline__ void load_x_times_early_norm_weight(const ops::Matmul
 // where block_sum's second half (a load, then five dependent shuffles) was on every warp's
 // path.
 __device__ __forceinline__ float deferred_inv_rms(const ops::MatmulArgs& a, const MvFusion& f, const float* scratch) {
-  constexpr int kMaxWarps = static_cast<int>(ops::kCudaMv1MaxThreads) / 32;
+  constexpr int kMaxWarps = static_cast<int>(kCudaMv1MaxThreads) / 32;
   static_assert(kMaxWarps == 16, "the tree below adds 16 warp sums");
   const int warps = flat_threads() >> 5;  // mv1 blocks are whole warps
   float v[kMaxWarps];
@@ -669,7 +670,7 @@ __device__ __forceinline__ Mv1Chunks mv1_chunks(int all_chunks, const Mv1Shape& 
 }
 
 constexpr int kMv1MaxSlots = 16;  // 512 threads
-constexpr int kMv1MaxParts = static_cast<int>(ops::kCudaMv1MaxParts);
+constexpr int kMv1MaxParts = static_cast<int>(kCudaMv1MaxParts);
 
 // Split K: parts 1..P-1 hand their row pair's two sums (held by lane `owner`) to part 0
 // of the same slot, whose lane `owner` adds them in part order. Slots alternate with the
@@ -887,7 +888,7 @@ __device__ __forceinline__ void mv1_finish_rows(const ops::MatmulArgs& a, const 
 
 // Weight items (chunks of a warp's row pair) in flight per warp in mv1_quant_body. The
 // one-unit formats (q4_0, q4_1, q8_0) take this body only for rows shorter than
-// ops::kCudaMv1BulkMinK or not in whole 16-byte words (the others take mv1_bulk_body), and
+// kCudaMv1BulkMinK or not in whole 16-byte words (the others take mv1_bulk_body), and
 // short rows give a warp few items (smollm2: one row pair of one or two chunks): two in
 // flight cover them, and the ring's code unrolled four times was instruction-cache
 // footprint on every launch (H100 short decode, smollm2 q4_1: 2,420-2,422 -> 2,441-2,442
@@ -906,7 +907,7 @@ constexpr int mv1_ring_depth() {
 // body waits for them at every row pair (with all warps in step, the whole grid then
 // alternates between loading and computing). Indexing is 32-bit within a row; weights are
 // read through the non-coherent path (read-only for the pass). Dynamic shared memory:
-// x quantized (ops::cuda_mv_shared_bytes), then each warp's staging area for its chunks.
+// x quantized (cuda_mv_shared_bytes), then each warp's staging area for its chunks.
 template <DType W>
 __device__ __forceinline__ void mv1_quant_body(const ops::MatmulArgs& a, const MvFusion& f) {
   using F = quantdot::Format<W>;
@@ -1172,7 +1173,7 @@ constexpr int kQ6Blocks = 8;                                              // sup
 constexpr int kQ6RowWords = (kQ6Blocks * kQ6BlockBytes + 15) / 16 + 1;   // one more for a 16-byte lead
 constexpr int kQ6Stages = 3;
 static_assert(kQ6RowWords <= 4 * 32, "a row's words are four 16-byte copies per lane");
-static_assert(ops::kCudaMv1Q6kStageBytes == kQ6Stages * kMvRowsPerWarp * kQ6RowWords * 16, "op's shared bytes");
+static_assert(kCudaMv1Q6kStageBytes == kQ6Stages * kMvRowsPerWarp * kQ6RowWords * 16, "op's shared bytes");
 
 // Σ over the four units of half h of a q6_k super-block at b (2-byte aligned) with the
 // x groups of those units: (value - 32) . x scaled by d * scale of each 16 values.
@@ -1336,7 +1337,7 @@ __device__ __forceinline__ void mv1_q6k_body(const ops::MatmulArgs& a, const MvF
 constexpr int kShortRows = 2 * kMvRowsPerWarp;  // rows per item
 constexpr int kShortLanesPerRow = 32 / kShortRows;
 constexpr int kShortUnitsPerLane = 32 / kShortLanesPerRow;  // rows of at most 32 units
-constexpr int kShortStages = static_cast<int>(ops::kCudaMv1ShortStages);
+constexpr int kShortStages = static_cast<int>(kCudaMv1ShortStages);
 
 template <DType W>
 __device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const MvFusion& f) {
@@ -1351,7 +1352,7 @@ __device__ __forceinline__ void mv1_short_body(const ops::MatmulArgs& a, const M
   const int lane = sh.lane;
   const int units = static_cast<int>(a.k / 32);
   const int row_bytes = units * F::kBlockBytes;
-  const int row_words = static_cast<int>(ops::cuda_mv1_short_row_words(row_bytes));
+  const int row_words = static_cast<int>(cuda_mv1_short_row_words(row_bytes));
   // This warp's ring: kShortStages stages of kShortRows rows of row_words words.
   uint4* ring = reinterpret_cast<uint4*>(smem + xq_bytes + a.k / 32 * 16) +
                 sh.stage_warp * kShortStages * kShortRows * row_words;
@@ -1698,12 +1699,12 @@ __device__ __forceinline__ void mv1_dense_body(const ops::MatmulArgs& a, const M
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kMvWarps * 32, kCudaMvBlocksPerSm) mv_quant_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv_quant_body<W>(a, MvFusion{});
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kMvWarps * 32, kCudaMvBlocksPerSm) mv_dense_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv_dense_body<W>(a, MvFusion{});
 }
 
@@ -1726,24 +1727,24 @@ __device__ __forceinline__ void mv1_body(const ops::MatmulArgs& a, const MvFusio
 
 // Up to 512 threads per block (ops::cuda_mv1_dims): 128 registers per thread at most.
 template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kCudaMv1MaxThreads, 1) mv1_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv1_body<W>(a, MvFusion{});
 }
 
 template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(kCudaMv1MaxThreads, 1) mv1_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv1_body<W>(f.mm, fusion_of(f));
 }
 
 // mv1_bulk_body in kernels of its own (mv1_bulk_<W>_f32[_fused]), picked by the op for
 // rows and chunks of whole aligned 16-byte words (ops::cuda_mv1_bulk).
 template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_bulk_kernel(const __grid_constant__ ops::MatmulArgs a) {
+__global__ void __launch_bounds__(kCudaMv1MaxThreads, 1) mv1_bulk_kernel(const __grid_constant__ ops::MatmulArgs a) {
   mv1_bulk_body<W>(a, MvFusion{});
 }
 
 template <DType W>
-__global__ void __launch_bounds__(ops::kCudaMv1MaxThreads, 1) mv1_bulk_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(kCudaMv1MaxThreads, 1) mv1_bulk_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv1_bulk_body<W>(f.mm, fusion_of(f));
 }
 
@@ -1762,12 +1763,12 @@ __global__ void __launch_bounds__(8 * 32, 2) mv1_short_fused_kernel(const __grid
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(kMvWarps * 32, kCudaMvBlocksPerSm) mv_quant_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv_quant_body<W>(f.mm, fusion_of(f));
 }
 
 template <DType W>
-__global__ void __launch_bounds__(kMvWarps * 32, ops::kCudaMvBlocksPerSm) mv_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
+__global__ void __launch_bounds__(kMvWarps * 32, kCudaMvBlocksPerSm) mv_dense_fused_kernel(const __grid_constant__ ops::FusedMatvecArgs f) {
   mv_dense_body<W>(f.mm, fusion_of(f));
 }
 
@@ -1841,23 +1842,23 @@ void register_weight_type(KernelRegistry& registry) {
                                                         kMvWarps * 32, true, kMvSharedBytes));
   }
   registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_" + t + "_f32", reinterpret_cast<const void*>(&mv1_kernel<W>),
-                                                 ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+                                                 kCudaMv1MaxThreads, true, kMvSharedBytes));
   registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_" + t + "_f32_fused",
                                                       reinterpret_cast<const void*>(&mv1_fused_kernel<W>),
-                                                      ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+                                                      kCudaMv1MaxThreads, true, kMvSharedBytes));
   if constexpr (W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0) {
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_bulk_" + t + "_f32",
                                                    reinterpret_cast<const void*>(&mv1_bulk_kernel<W>),
-                                                   ops::kCudaMv1MaxThreads, true, ops::kCudaMv1BulkSharedLimit));
+                                                   kCudaMv1MaxThreads, true, kCudaMv1BulkSharedLimit));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_bulk_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv1_bulk_fused_kernel<W>),
-                                                        ops::kCudaMv1MaxThreads, true, ops::kCudaMv1BulkSharedLimit));
+                                                        kCudaMv1MaxThreads, true, kCudaMv1BulkSharedLimit));
     registry.add(make_cuda_kernel<ops::MatmulArgs>("mv1_short_" + t + "_f32",
                                                    reinterpret_cast<const void*>(&mv1_short_kernel<W>),
-                                                   ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+                                                   kCudaMv1MaxThreads, true, kMvSharedBytes));
     registry.add(make_cuda_kernel<ops::FusedMatvecArgs>("mv1_short_" + t + "_f32_fused",
                                                         reinterpret_cast<const void*>(&mv1_short_fused_kernel<W>),
-                                                        ops::kCudaMv1MaxThreads, true, kMvSharedBytes));
+                                                        kCudaMv1MaxThreads, true, kMvSharedBytes));
   }
   // mm for the other types: the tensor-core kernels of matmul_tc.cu.
   if constexpr (W == DType::f32) {

@@ -23,6 +23,7 @@
 
 #include "common.cuh"
 #include "onepass/ops/matmul.h"
+#include "../matmul/launch.h"
 #include "dequant_unit.cuh"
 #include "ptx.cuh"
 #include "quant_dot.cuh"
@@ -31,10 +32,10 @@
 namespace onepass::cuda {
 namespace {
 
-constexpr int kBM = static_cast<int>(ops::kCudaTcTileM);
-constexpr int kBN = static_cast<int>(ops::kCudaTcTileN);
-constexpr int kBK = static_cast<int>(ops::kCudaTcStepK);
-constexpr int kThreads = static_cast<int>(ops::kCudaTcThreads);
+constexpr int kBM = static_cast<int>(kCudaTcTileM);
+constexpr int kBN = static_cast<int>(kCudaTcTileN);
+constexpr int kBK = static_cast<int>(kCudaTcStepK);
+constexpr int kThreads = static_cast<int>(kCudaTcThreads);
 constexpr int kStages = 4;
 static_assert(kBK == 64 && kBN * 2 == kThreads && kBM == 64 && kBN == 64, "one 32-value unit per thread and step");
 // Row pitches, +8 elements: the 8 rows an ldmatrix (or a half-warp's 8-byte loads) touch

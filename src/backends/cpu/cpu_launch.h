@@ -1,0 +1,22 @@
+// Launch shapes of the CPU kernels: how the grid a kernel runs is cut into blocks. A
+// block is the unit of work a pool thread takes; every output element is computed by one
+// block, so results do not depend on how blocks are spread over threads.
+#pragma once
+
+#include <cstdint>
+
+namespace onepass::cpu {
+
+/// Elementwise kernels and conversions: values per block (the flattened [rows, cols]).
+inline constexpr int64_t kCpuElementwiseBlock = 4096;
+/// copy_bytes: bytes per block.
+inline constexpr uint64_t kCpuCopyBytesBlock = 4096;
+/// Matrix-vector products (at most ops::kMatmulMvMaxRows rows of x): output columns
+/// (weight rows) per block; each block decodes its weight rows once for all rows of x.
+inline constexpr int64_t kCpuMvRowsPerBlock = 16;
+/// Matrix-matrix products: a tile of kCpuMmRowsPerBlock weight rows x kCpuMmColsPerBlock
+/// rows of x per block (weights dequantized to f32 once per tile).
+inline constexpr int64_t kCpuMmRowsPerBlock = 16;
+inline constexpr int64_t kCpuMmColsPerBlock = 64;
+
+}  // namespace onepass::cpu

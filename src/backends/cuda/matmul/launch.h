@@ -1,0 +1,86 @@
+// Launch shapes of the CUDA matrix products, shared by their host-side choice (select.cpp)
+// and the kernels that rely on them (the .cu files of this folder and kernels/).
+#pragma once
+
+#include <cstdint>
+
+#include "onepass/core/dtype.h"
+#include "onepass/exec/kernel.h"
+
+namespace onepass::cuda {
+
+/// Rows of x from which a product on block-format or 16-bit weights runs as a cuBLAS
+/// GEMM on f16 (bf16) operands (gemm_<W>_f32, Options::cublas on): below it, expanding the
+/// whole weight to f16 costs more than it saves.
+inline constexpr int64_t kCudaGemmMinRows = 64;
+
+/// mv_<W>_f32 (M <= ops::kMatmulMvMaxRows): 4 warps per block, each warp two weight rows
+/// at a time, a persistent grid of at most kCudaMvBlocksPerSm blocks per SM looping over
+/// row pairs; x staged in dynamic shared memory once per block (block formats: int8 per 32
+/// values plus a 16-byte record per group; dense weights: f32).
+inline constexpr int64_t kCudaMvRowsPerBlock = 4;
+inline constexpr int64_t kCudaMvBlocksPerSm = 4;  // all resident (96-124 registers x 128 threads)
+inline constexpr int64_t kCudaMvSharedLimit = 100 * 1024;
+/// mm_f32_f32 on the CUDA cores: 64 x 64 tiles of out, 256 threads.
+inline constexpr int64_t kCudaMmTile = 64;
+
+/// Tensor-core mm (W != f32): tiles of out, K step and threads of a block; the dynamic
+/// shared memory depends on W (the kernel's max_shared_bytes).
+inline constexpr int64_t kCudaTcTileM = 64;
+inline constexpr int64_t kCudaTcTileN = 64;
+inline constexpr int64_t kCudaTcStepK = 64;
+inline constexpr int64_t kCudaTcThreads = 128;
+
+/// Dynamic shared memory of an mv launch.
+inline int64_t cuda_mv_shared_bytes(bool quantized, int64_t m, int64_t k) {
+  return quantized ? (m * k + 15) / 16 * 16 + m * (k / 32) * 16 : m * k * 4;
+}
+
+/// mv1_* (one row of x, the decode step): blocks of S warps, each its own stream of row
+/// pairs, times P parts of K (block (32 S, P, 1); the P warps of a slot take the same row
+/// pairs and consecutive ranges of their 1024-value chunks, and part 0 adds the sums). At
+/// most kCudaMv1MaxThreads threads per block (128 registers each) and kCudaMv1MaxParts parts.
+inline constexpr uint32_t kCudaMv1MaxThreads = 512;
+inline constexpr int64_t kCudaMv1MaxParts = 2;
+/// q6_k's mv1 body: each warp's ring of 3 stages of a row pair's 8 super-blocks (16-byte
+/// words, one more for an unaligned start), in place of the other formats' staging area.
+inline constexpr int64_t kCudaMv1Q6kStageBytes = 3 * 2 * ((8 * 210 + 15) / 16 + 1) * 16;
+/// Short rows: the one-unit block formats (q4_0, q4_1, q8_0) with rows of at most 32 units
+/// (K <= 1024) and at least kCudaMv1ShortMinRows weight rows (an LM head) take
+/// mv1_short_<W>_f32: items of two row pairs, a row per 8 lanes, each warp's weights copied
+/// into a ring of kCudaMv1ShortStages stages of 4 rows (cuda_mv1_short_row_words 16-byte
+/// words each), at most 8 warps per block and 2 blocks per SM. Below that row count the
+/// register ring of mv1_<W>_f32 is faster (onepass bench, smollm2's products).
+inline constexpr int64_t kCudaMv1ShortMinRows = 8192;
+inline constexpr int64_t kCudaMv1ShortStages = 3;
+inline bool cuda_mv1_short_rows(DType w, int64_t weight_rows, int64_t k) {
+  return (w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0) && k <= 1024 &&
+         weight_rows >= kCudaMv1ShortMinRows;
+}
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t cuda_mv1_short_row_words(int64_t row_bytes) { return (row_bytes + 15) / 16 + 1; }
+/// mv1_bulk_<W>_f32 (W = q4_0, q4_1, q8_0): the mv1 body with each warp's weight chunks
+/// copied by the TMA unit (cp.async.bulk) into a ring of kCudaMv1BulkDepth shared-memory
+/// slots per warp, one block of 16 warps per SM (unless K is split), for rows whose bytes
+/// and start addresses are whole 16-byte words and at least kCudaMv1BulkMinK values long.
+/// Dynamic shared memory up to kCudaMv1BulkSharedLimit.
+inline constexpr int64_t kCudaMv1BulkMinK = 2048;
+inline constexpr uint32_t kCudaMv1BulkSharedLimit = 200 * 1024;
+inline constexpr int64_t kCudaMv1BulkDepth = 3;
+
+/// Whether a product of N rows of K values (row_bytes apart, starting at `address`) of
+/// type w takes mv1_bulk_<W>_f32.
+bool cuda_mv1_bulk(DType w, int64_t n, int64_t k, int64_t row_bytes, uint64_t address);
+/// The mv launch for N weight rows on a device with `sms` multiprocessors.
+LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms);
+/// The mv1 launch for N weight rows of K values (row_bytes apart) of type w on a device
+/// with `sms` multiprocessors, with its dynamic shared memory (x, then each warp's staging
+/// area for the block formats, or its ring for mv1_bulk); shared_bytes above
+/// kCudaMvSharedLimit (kCudaMv1BulkSharedLimit for mv1_bulk): use mv_*.
+LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms, bool bulk = false);
+/// The tensor-core mm launch for M rows of x and N weight rows.
+LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n, uint32_t shared_bytes);
+
+}  // namespace onepass::cuda
