@@ -81,24 +81,24 @@ ONEPASS_OP_CASES(argmax) {
       constexpr float kInf = std::numeric_limits<float>::infinity();
       std::vector<std::vector<float>> rows;
       auto row = [&](float fill) { return std::vector<float>(kCols, fill); };
-      rows.push_back(row(0.5f));                               // all equal -> 0
-      rows.push_back(row(-1.0f));                              // ties at 5, 17, 30 -> 5
+      rows.push_back(row(0.5f));                               // all equal -> index 0
+      rows.push_back(row(-1.0f));                              // ties at 5, 17, 30 -> index 5
       rows.back()[5] = rows.back()[17] = rows.back()[30] = 2.0f;
-      rows.push_back(row(-1.0f));                              // ties in other lanes: 13, 6 -> 6
+      rows.push_back(row(-1.0f));                              // ties in other lanes: 13, 6 -> index 6
       rows.back()[13] = rows.back()[6] = 3.0f;
-      rows.push_back(row(0.0f));                               // NaN first, max at 3 -> 3
+      rows.push_back(row(0.0f));                               // NaN first, max at 3 -> index 3
       rows.back()[0] = kNan;
       rows.back()[3] = 1.0f;
-      rows.push_back(row(kNan));                               // all NaN -> 0
-      rows.push_back(row(kNan));                               // only -inf is a number -> 1
+      rows.push_back(row(kNan));                               // all NaN -> index 0
+      rows.push_back(row(kNan));                               // only -inf is a number -> index 1
       rows.back()[1] = -kInf;
-      rows.push_back(row(-kInf));                              // all -inf -> 0
-      rows.push_back(row(1.0f));                               // +inf twice -> 9
+      rows.push_back(row(-kInf));                              // all -inf -> index 0
+      rows.push_back(row(1.0f));                               // +inf twice -> index 9
       rows.back()[9] = rows.back()[20] = kInf;
-      rows.push_back(row(kNan));                               // max in the tail -> 36
+      rows.push_back(row(kNan));                               // max in the tail -> index 36
       rows.back()[2] = 1.0f;
       rows.back()[36] = 4.0f;
-      rows.push_back(row(-3.0f));                              // NaNs around ties -> 8
+      rows.push_back(row(-3.0f));                              // NaNs around ties -> index 8
       rows.back()[7] = kNan;
       rows.back()[8] = rows.back()[16] = rows.back()[24] = -2.0f;
       expect_argmax_of_rows(c, t, rows, {0, 5, 6, 3, 0, 1, 0, 9, 36, 8});
@@ -111,14 +111,14 @@ ONEPASS_OP_CASES(argmax) {
       constexpr float kInf = std::numeric_limits<float>::infinity();
       std::vector<std::vector<float>> rows;
       auto row = [&](float fill) { return std::vector<float>(kCols, fill); };
-      rows.push_back(row(-1.0f));  // ties in the last and the first chunk -> 5
+      rows.push_back(row(-1.0f));  // ties in the last and the first chunk -> index 5
       rows.back()[39999] = rows.back()[5] = rows.back()[20000] = 2.0f;
-      rows.push_back(row(-1.0f));  // ties in chunks 4 and 2 only -> 16001
+      rows.push_back(row(-1.0f));  // ties in chunks 4 and 2 only -> index 16001
       rows.back()[32003] = rows.back()[16001] = 3.0f;
-      rows.push_back(row(kNan));   // all NaN -> 0
-      rows.push_back(row(kNan));   // one -inf in chunk 3 -> 25000
+      rows.push_back(row(kNan));   // all NaN -> index 0
+      rows.push_back(row(kNan));   // one -inf in chunk 3 -> index 25000
       rows.back()[25000] = -kInf;
-      rows.push_back(row(0.0f));   // NaN in chunk 0, the max at the end -> 39999
+      rows.push_back(row(0.0f));   // NaN in chunk 0, the max at the end -> index 39999
       rows.back()[0] = kNan;
       rows.back()[39999] = 1.0f;
       expect_argmax_of_rows(c, t, rows, {5, 16001, 0, 25000, 39999});

@@ -37,11 +37,8 @@ struct LoadOptions {
   /// CUDA decode: the first l2_prefetch_bytes of each layer's gate/up weights are
   /// requested into L2 by the layer's attention kernel (GraphSession::flash_decode's
   /// prefetch_l2), whose own DRAM traffic is small, so the gate/up product starts with
-  /// them in L2. 0: off. (4 MiB, H100, decode after 16 / 512 prompt tokens: +0.7 / +0.3%
-  /// smollm2, +0.7 / +0.1% llama-1b q4_0, +0.6 / -0.3% q8_0, +2.5 / +2.2% f16. A third of
-  /// the gate/up weights within 4-12 MiB gave q8_0 +1.2% more after 16 tokens but lost 3%
-  /// on q8_0 and f16 after 512, when the attention reads more of the cache; 16 MiB and
-  /// more slowed q4_0 and f16 after 16 tokens too.)
+  /// them in L2. 0: off. More bytes warm more of the product but compete with the
+  /// attention's own cache reads at long contexts; 4 MiB was chosen by bench-gpu's decode.
   int64_t l2_prefetch_bytes = int64_t{4} << 20;
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;

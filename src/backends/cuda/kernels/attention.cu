@@ -167,14 +167,13 @@ struct WarpAttention {
   }
 
   // Folds the `count` keys of a landed stage into the state. One body for full and
-  // partial stages: a copy specialised for full stages (no key checks) made the kernel 17%
-  // larger and the decode step slower (H200, short decode: smollm2 2181 -> 2226 without
-  // it, llama-1b q4_0 1944 -> 1970): the chain pays for instruction fetch.
+  // partial stages: a copy specialised for full stages (no key checks) saves the checks but
+  // makes the kernel larger, and the decode chain pays for instruction fetch (bench-gpu).
   __device__ __forceinline__ void fold(const uint4* ring_k, const uint4* ring_v, int count, float scale) {
     // This lane's word of key t: base + t * step. An idle lane (sub >= vecs) reads its
     // group's first word instead and discards what it computes. No branch in here: the
-    // four keys' loads and sums interleave (as branches, each key's load and chain of
-    // FMAs waited for the previous key's: a stage took ~0.8 us on an H200).
+    // four keys' loads and sums interleave (with branches, each key's load and chain of
+    // FMAs would wait for the previous key's).
     const int base = group * vecs + (active ? sub : 0);
     const int step = groups * vecs;
     bool valid[kMaxKeysPerGroup];
@@ -594,10 +593,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 // This block's share of the L2 prefetch (FlashDecodeArgs::prefetch): bulk requests of 4 KB,
 // fire and forget, dealt to the blocks in turn (piece p to block p mod blocks), so each
 // block issues a few. Issued before the PDL wait (the data is read-only for the pass), so
-// DRAM starts on them while the Q/K/V product finishes; issued after the wait instead,
-// the decode step measured 8-10% slower (H100). Dealt in consecutive runs of blockDim
-// pieces per block instead, the first two blocks issued all of smollm2's 270 and reached
-// the wait ~2 us after the others, 0.5 us after it returned (timeline build, H100).
+// DRAM starts on them while the Q/K/V product finishes. Dealt in turn rather than in
+// consecutive runs of blockDim pieces, so that no block issues most of them and reaches its
+// PDL wait after the wait has returned for the others.
 __device__ __forceinline__ void prefetch_share(const ops::FlashDecodeArgs& a) {
   if (a.prefetch == nullptr) return;
   constexpr int64_t kPiece = 4096;
@@ -631,10 +629,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int32_t valid = *a.kv_length;
   const int64_t length = valid < 0 ? 0 : (valid > a.ctx ? a.ctx : valid);
   // Only the first `used` blocks take keys (at least a.chunk_keys each); with one, the
-  // first block writes the head's output itself and no block hands anything over. H200
-  // decode after 16 tokens, side by side (smollm2 / llama-1b q4_0 / q8_0 / f16): every
-  // chunk 2374 / 2072 / 1661 / 1282, at least 64 keys 2381 / 2090 / 1669 / 1281 (32: 2369 /
-  // 2078 / 1662 / 1281, 128: 2325 / 2068 / 1651 / 1273).
+  // first block writes the head's output itself and no block hands anything over. The
+  // fewest keys per block trades hand-offs against parallelism (bench-gpu, short decode).
   const int64_t used = ops::flash_decode_used_chunks(length, a.chunks, a.chunk_keys);
   const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, used);
   const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, used);
@@ -647,14 +643,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   // since complete by then). A block without keys arrives too, then leaves. Relaxed: the
   // barrier's initialisation is published by its own fence (mbarrier_init_for_receive),
   // and nothing else is handed over through this arrival; the default release semantics
-  // put a MEMBAR.GPU on every thread's path to the PDL wait, and blocks that reached the
-  // wait late spread its returns over 0.9 us (0.5 with the relaxed arrival; timeline
-  // build, H100 smollm2 short decode).
+  // would put a MEMBAR.GPU on every thread's path to the PDL wait.
   ptx::cluster_arrive_relaxed();
   // The head's cache rows and the lanes' layout come from the arguments alone: computed
-  // before the wait, off the critical path (~350 instructions, divisions among them, lay
-  // between the wait and the first K/V copy; now ~80). H200 decode after 16 tokens,
-  // smollm2 / llama-1b q4_0 / q8_0 / f16: 2294 / 2034 / 1633 / 1251 -> 2359 / 2066 / 1649 / 1269.
+  // before the wait, so that their divisions stay off the path from the wait to the first
+  // K/V copy.
   const int64_t kv_head = head / (a.n_head / a.n_kv_head);
   const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
   const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
@@ -664,8 +657,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (chunk >= used) return;  // no keys: nothing to hand over
   // The cache's history (keys below length - 1) may be copied before the wait when the
   // caller says no dispatch still running writes it; the token's own key, length - 1, is
-  // the predecessor's (a decode step's rope_kv_write): after the wait. H100 decode after
-  // 16 tokens, side by side: smollm2 2,678-2,681 -> 2,716-2,719, llama-1b q4_0 2,040 -> 2,048.
+  // the predecessor's (a decode step's rope_kv_write): after the wait.
   // (Or every copy after the wait: then the wait comes first. Either way one copy of the
   // code, and the whole block takes the same branch.)
   const bool early = a.token_row_only != 0;
@@ -695,9 +687,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (chunk != 0) {
     // The partial goes into slot `chunk` of the first block by asynchronous stores that
     // count themselves on its barrier (st.async ... complete_tx): no block waits for
-    // another, and none but the first waits at all. (Plain remote stores and a cluster
-    // barrier that every block waited on: H100 decode 3.4% slower on smollm2, 1.5% on
-    // llama-1b q4_0 and q8_0.)
+    // another, and none but the first waits at all (a cluster barrier would hold every block).
     const uint32_t remote_slot = ptx::cluster_shared_addr(ptx::smem_addr(slots + chunk * slot_floats), 0);
     const uint32_t remote_full = ptx::cluster_shared_addr(ptx::smem_addr(&slots_full), 0);
     for (int64_t i = threadIdx.x; i < slot_floats; i += blockDim.x) {
@@ -721,10 +711,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   // The merge: weights exp(m_c - M) over the partials with l > 0, in chunk order. Every
   // thread reads the chunks' states itself (broadcast shared-memory loads, all issued
   // together in loops unrolled to the cluster's largest size), so no barrier separates
-  // the weights from the sums. (Every thread walking the states one dependent load and
-  // exp at a time took ~1 µs. Lane c of the first warp computing chunk c's weight and
-  // publishing it through shared memory behind a barrier: H100 decode after 16 tokens
-  // smollm2 2055 -> 2090 (+1.6%), llama-1b q8_0 1400 -> 1426, q4_0 1770 -> 1760, f16 998.)
+  // the weights from the sums (walking the states one dependent load and exp at a time,
+  // or publishing per-chunk weights behind a barrier, puts a serial chain on the merge).
   constexpr int kMaxChunks = static_cast<int>(kCudaFlashDecodeClusterMax);
   const int chunks = static_cast<int>(used);
   float chunk_m[kMaxChunks];

@@ -1,10 +1,15 @@
-// Microbenchmark (built by hand, see bench/measure/README.md): what a kernel's code size
-// costs in a chain of dependent PDL kernels (as pdl_chain.cu's mode 1) when every kernel
-// runs its code once per launch. Each step: every block waits on its predecessor, reads the
-// 576-float x, runs `N` FMAs in 8 independent chains, reduces and writes 8 floats of the
-// next x. The FMAs are either straight-line code (N instructions of code, each fetched once
-// per launch and SM) or a loop over a 64-FMA body (the same work in ~1 KB of code); and
-// the chain cycles over 1 or 5 distinct kernel binaries (a smollm2 layer has five).
+// icache_chain: what a kernel's code size costs in a chain of dependent PDL kernels, where
+// every kernel runs its code once per launch (as a decode step does). A chain of 150 kernels of
+// 132 blocks x 256 threads runs as one CUDA graph; each kernel waits on its predecessor
+// (griddepcontrol.wait), reads the 576-float x, runs N FMAs in 8 independent chains, reduces
+// and writes 8 floats of the next x. The FMAs are either straight-line code (N instructions,
+// each fetched once per launch and SM) or a loop over a 64-FMA body (the same work in ~1 KB of
+// code), and the chain cycles over 1, 2, 3 or 5 distinct kernel binaries (a SmolLM2 layer runs
+// five). It prints µs per step for each code size and number of binaries. Needs sm_90.
+//
+// Build: with the project (ONEPASS_CUDA=ON, target `icache_chain`), or alone:
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 bench/icache_chain.cu -o icache_chain
+// Run: build/bin/icache_chain
 #include "chain_timing.cuh"
 
 constexpr int kN = kChainN;
