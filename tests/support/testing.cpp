@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -122,6 +123,20 @@ double max_scaled_error(const std::vector<float>& actual, const std::vector<doub
   return worst;
 }
 
+std::string run_command(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *status = -1;
+    return output;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  *status = ::pclose(pipe);
+  return output;
+}
+
 std::string test_temp_name(const std::string& prefix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = prefix + std::to_string(::getpid());
@@ -130,6 +145,17 @@ std::string test_temp_name(const std::string& prefix) {
     if (c == '/') c = '_';
   }
   return name;
+}
+
+void TempDirTest::SetUp() {
+  dir_ = std::filesystem::temp_directory_path() / test_temp_name(prefix_);
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+}
+
+void TempDirTest::TearDown() {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
 }
 
 }  // namespace onepass::testing
