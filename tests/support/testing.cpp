@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "support/synthetic.h"
+
 namespace onepass::testing {
 
 Options test_options() {
@@ -16,7 +18,11 @@ Options test_options() {
   return o;
 }
 
-std::shared_ptr<Backend> cpu_backend(Options options) { return make_cpu_backend(options); }
+std::shared_ptr<Backend> cpu_backend(Options options) {
+  std::shared_ptr<Backend> backend = make_cpu_backend(options);
+  add_cpu_synthetic_kernels(*backend);
+  return backend;
+}
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("ONEPASS_TEST_SEED")) return std::strtoull(s, nullptr, 10);

@@ -22,7 +22,7 @@ namespace onepass::testing {
 /// Options used by the tests unless they say otherwise: concurrent CPU schedule and 4
 /// threads, so that concurrency is exercised even on 2-core machines.
 Options test_options();
-/// A CPU backend with `options`.
+/// A CPU backend with `options`, with the synthetic kernels added (support/synthetic.h).
 std::shared_ptr<Backend> cpu_backend(Options options = test_options());
 
 /// A seed that differs per test run unless ONEPASS_TEST_SEED is set; printed on failure
