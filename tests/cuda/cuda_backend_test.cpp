@@ -20,16 +20,25 @@
 #include "onepass/exec/profile.h"
 #include "onepass/core/half.h"
 #include "onepass/ops/quant.h"
-#include "onepass/ops/synthetic.h"
+#include "cuda/test_kernels.h"
 #include "support/synthetic.h"
 #include "support/testing.h"
 
 namespace onepass {
 namespace {
 
+// A CUDA backend on device 0 with the test kernels added (test_kernels.cu).
+std::shared_ptr<Backend> make_test_backend(const Options& options) {
+  std::shared_ptr<Backend> backend = make_cuda_backend(0, options);
+#if ONEPASS_HAVE_CUDA
+  testing::add_cuda_test_kernels(*backend);
+#endif
+  return backend;
+}
+
 std::shared_ptr<Backend> gpu() {
   static std::shared_ptr<Backend> backend =
-      cuda_device_count() > 0 ? make_cuda_backend(0, testing::test_options()) : nullptr;
+      cuda_device_count() > 0 ? make_test_backend(testing::test_options()) : nullptr;
   return backend;
 }
 
@@ -112,20 +121,20 @@ TEST(CudaBackend, HostVisibleMemoryIsReadByKernels) {
   BufferView out = backend->alloc(256 * 4);
   auto* p = static_cast<uint32_t*>(host.data());
   for (uint32_t i = 0; i < 256; ++i) p[i] = i * 3;  // plain host stores
-  ops::MixArgs args{static_cast<const uint32_t*>(host.data()), nullptr, static_cast<uint32_t*>(out.data()), 256, 0, 9};
+  testing::MixArgs args{static_cast<const uint32_t*>(host.data()), nullptr, static_cast<uint32_t*>(out.data()), 256, 0, 9};
   Dispatch d(backend->registry().get("test_mix_u32"), LaunchDims{{2, 1, 1}, {128, 1, 1}, 0}, args, OpKind::copy);
   d.read(host).write(out);
   CommandEncoder enc(*backend);
   enc.dispatch(d);
   enc.commit_and_wait();
   const auto got = out.read_as<uint32_t>();
-  for (uint32_t i = 0; i < 256; ++i) ASSERT_EQ(got[i], ops::mix_u32(i * 3, 0, 9)) << i;
+  for (uint32_t i = 0; i < 256; ++i) ASSERT_EQ(got[i], testing::mix_u32(i * 3, 0, 9)) << i;
 }
 
 TEST(CudaBackend, BadLaunchShapeIsAnError) {
   REQUIRE_GPU();
   BufferView out = backend->alloc(64);
-  ops::MixArgs args{static_cast<const uint32_t*>(out.data()), nullptr, static_cast<uint32_t*>(out.data()), 16, 0, 1};
+  testing::MixArgs args{static_cast<const uint32_t*>(out.data()), nullptr, static_cast<uint32_t*>(out.data()), 16, 0, 1};
   Dispatch d(backend->registry().get("test_mix_u32"), LaunchDims{{1, 1, 1}, {2048, 1, 1}, 0}, args, OpKind::copy);
   d.write(out);
   CommandEncoder enc(*backend);
@@ -155,8 +164,8 @@ TEST(CudaBackend, ClusterLaunchLargerThanAClusterIsAnError) {
 // A device fault poisons the CUDA context, so it runs in a child process (gtest
 // re-executes the binary for "threadsafe" death tests).
 [[noreturn]] void fault_in_child() {
-  auto b = make_cuda_backend(0, testing::test_options());
-  ops::MixArgs args{nullptr, nullptr, nullptr, 1, 0, 0};
+  auto b = make_test_backend(testing::test_options());
+  testing::MixArgs args{nullptr, nullptr, nullptr, 1, 0, 0};
   Dispatch d(b->registry().get("test_fault"), LaunchDims{{1, 1, 1}, {32, 1, 1}, 0}, args, OpKind::other);
   d.writes.push_back({0, 4});
   CommandEncoder enc(*b);
@@ -274,11 +283,11 @@ TEST(CudaGraphs, ReplayReadsStepInputsFromBuffers) {
   BufferView out = backend->alloc(512 * 4);
   const Kernel& k = backend->registry().get("test_mix_u32");
   auto pass = [&](GraphSession& s) {
-    ops::MixArgs a{static_cast<const uint32_t*>(step.data()), nullptr, static_cast<uint32_t*>(mid.data()), 512, 0, 1};
+    testing::MixArgs a{static_cast<const uint32_t*>(step.data()), nullptr, static_cast<uint32_t*>(mid.data()), 512, 0, 1};
     Dispatch d1(k, LaunchDims{{4, 1, 1}, {128, 1, 1}, 0}, a, OpKind::copy);
     d1.read(step).write(mid);
     s.dispatch(d1);
-    ops::MixArgs b{static_cast<const uint32_t*>(mid.data()), static_cast<const uint32_t*>(step.data()),
+    testing::MixArgs b{static_cast<const uint32_t*>(mid.data()), static_cast<const uint32_t*>(step.data()),
                    static_cast<uint32_t*>(out.data()), 512, 512, 2};
     Dispatch d2(k, LaunchDims{{4, 1, 1}, {128, 1, 1}, 0}, b, OpKind::add);
     d2.read(mid).read(step).write(out);
@@ -297,7 +306,7 @@ TEST(CudaGraphs, ReplayReadsStepInputsFromBuffers) {
     pass(fresh);
     fresh.finish();
     EXPECT_EQ(out.read_as<uint32_t>(), replayed) << "step " << stepno;
-    EXPECT_EQ(replayed[5], ops::mix_u32(ops::mix_u32(5 * 7 + stepno * 1000, 0, 1), 5 * 7 + stepno * 1000, 2));
+    EXPECT_EQ(replayed[5], testing::mix_u32(testing::mix_u32(5 * 7 + stepno * 1000, 0, 1), 5 * 7 + stepno * 1000, 2));
   }
 }
 
@@ -305,7 +314,7 @@ TEST(CudaProfiling, DirectLaunchesAreTimedPerDispatch) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
   Options o = testing::test_options();
   o.profile_dispatches = true;
-  auto b = make_cuda_backend(0, o);
+  auto b = make_test_backend(o);
   testing::SyntheticGraph g = testing::SyntheticGraph::random(7, 3, 12, 100000);
   g.upload(*b);
   Profiler::global().clear();
@@ -330,7 +339,7 @@ TEST(CudaProfiling, GraphReplaysAreTimedPerDispatch) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
   Options o = testing::test_options();
   o.profile_dispatches = true;
-  auto b = make_cuda_backend(0, o);
+  auto b = make_test_backend(o);
   testing::SyntheticGraph g = testing::SyntheticGraph::random(11, 4, 30, 200000);
   g.upload(*b);
   GraphExecutor exec(b);

@@ -4,7 +4,7 @@
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/counters.h"
 #include "onepass/exec/graph_session.h"
-#include "onepass/ops/synthetic.h"
+#include "support/synthetic.h"
 #include "support/testing.h"
 
 namespace onepass {
@@ -26,7 +26,7 @@ struct Fixture {
   }
 
   Dispatch node(std::string reads, char write, uint32_t salt = 0) {
-    ops::MixArgs args{};
+    testing::MixArgs args{};
     BufferView out = buf(write);
     args.out = static_cast<uint32_t*>(out.data());
     args.n = 256;

@@ -13,7 +13,7 @@
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/counters.h"
 #include "onepass/exec/graph_session.h"
-#include "onepass/ops/synthetic.h"
+#include "support/synthetic.h"
 #include "support/testing.h"
 
 namespace onepass {
@@ -36,7 +36,7 @@ struct Builder {
     return it->second;
   }
   Dispatch node(std::string reads, char write, OpKind kind = OpKind::add) {
-    ops::MixArgs args{};
+    testing::MixArgs args{};
     args.out = static_cast<uint32_t*>(buf(write).data());
     args.n = 300;
     args.salt = next_salt++;

@@ -9,7 +9,6 @@
 #include "onepass/exec/compute_graph.h"
 #include "onepass/exec/conflict.h"
 #include "onepass/exec/graph_session.h"
-#include "onepass/ops/synthetic.h"
 #include "support/synthetic.h"
 #include "support/testing.h"
 
@@ -173,10 +172,10 @@ TEST(RandomGraphs, MissingBarrierIsDetectedByTheConcurrentSchedule) {
   a.write(testing::random_u32(64 * 1024, 1));
   const auto kernel = &backend->registry().get("test_mix_u32");
   auto mix = [&](const BufferView& in, const BufferView& out, uint32_t salt) {
-    ops::MixArgs args{static_cast<const uint32_t*>(in.data()), nullptr, static_cast<uint32_t*>(out.data()),
+    testing::MixArgs args{static_cast<const uint32_t*>(in.data()), nullptr, static_cast<uint32_t*>(out.data()),
                       64 * 1024, 0, salt};
     LaunchDims dims;
-    dims.grid.x = 64 * 1024 / ops::kMixBlock;
+    dims.grid.x = 64 * 1024 / testing::kMixBlock;
     Dispatch d(*kernel, dims, args, OpKind::add);
     d.read(in).write(out);
     return d;

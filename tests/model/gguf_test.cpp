@@ -25,21 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory per test, removed afterwards.
-class GgufTest : public ::testing::Test {
+class GgufTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           onepass::testing::test_temp_name("onepass_gguf_");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
-  fs::path dir_;
+  GgufTest() : TempDirTest("onepass_gguf_") {}
 };
 
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
@@ -469,20 +457,6 @@ std::string canonical_dump(const GgufFile& f, bool checksums = true) {
   return out;
 }
 
-std::string run_command(const std::string& command, int* status) {
-  std::string output;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    *status = -1;
-    return output;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  *status = ::pclose(pipe);
-  return output;
-}
-
 fs::path repo_root() {
   return fs::path(__FILE__).parent_path().parent_path().parent_path();
 }
@@ -492,7 +466,7 @@ fs::path default_model() {
 
 bool have_gguf_py() {
   int status = 0;
-  run_command("python3 -c 'import gguf, numpy' 2>&1", &status);
+  testing::run_command("python3 -c 'import gguf, numpy' 2>&1", &status);
   return status == 0;
 }
 
@@ -522,8 +496,8 @@ TEST_F(GgufTest, GgufPyReadsOurFiles) {
     }
     const GgufFile f = GgufFile::open(file);
     const std::string expected = canonical_dump(f);
-    const std::string actual =
-        run_command(cat("python3 '", script.string(), "' '", file.string(), "' 2>&1"), &status);
+    const std::string actual = testing::run_command(
+        cat("python3 '", script.string(), "' '", file.string(), "' 2>&1"), &status);
     ASSERT_EQ(status, 0) << actual;
     EXPECT_EQ(actual, expected);
   }
@@ -538,7 +512,7 @@ TEST(GgufModelTest, GgufPyAgreesOnDefaultModel) {
   if (!have_gguf_py()) GTEST_SKIP() << "python3 with the gguf package is not available";
   const fs::path script = repo_root() / "tests" / "tools" / "gguf_check.py";
   int status = 0;
-  const std::string actual = run_command(
+  const std::string actual = testing::run_command(
       cat("python3 '", script.string(), "' --no-checksum '", model.string(), "' 2>&1"), &status);
   ASSERT_EQ(status, 0) << actual;
   EXPECT_EQ(actual, canonical_dump(GgufFile::open(model), false));

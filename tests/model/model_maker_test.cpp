@@ -27,20 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class ModelMakerTest : public ::testing::Test {
+class ModelMakerTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / onepass::testing::test_temp_name("onepass_maker_");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
-  fs::path dir_;
+  ModelMakerTest() : TempDirTest("onepass_maker_") {}
 };
 
 // Rows of 256 values, so the k-quants are used as such (not their fallbacks).
@@ -61,20 +50,6 @@ ModelShape small_shape() {
 std::vector<uint8_t> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string run_command(const std::string& command, int* status) {
-  std::string output;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    *status = -1;
-    return output;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  *status = ::pclose(pipe);
-  return output;
 }
 
 std::string fnv1a(const void* data, size_t bytes) {
@@ -320,7 +295,7 @@ TEST_F(ModelMakerTest, FailureLeavesNoFile) {
 // and data checksum, and the llama.cpp keys.
 TEST_F(ModelMakerTest, GgufPyReadsMadeModels) {
   int status = 0;
-  run_command("python3 -c 'import gguf, numpy' 2>&1", &status);
+  testing::run_command("python3 -c 'import gguf, numpy' 2>&1", &status);
   if (status != 0) GTEST_SKIP() << "python3 with the gguf package is not available";
   const fs::path script =
       fs::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_check.py";
@@ -333,8 +308,8 @@ TEST_F(ModelMakerTest, GgufPyReadsMadeModels) {
     shape.heads = 4;
     const fs::path file = path(cat("py_", dtype_name(type), ".gguf"));
     make_model(shape, type, file, {.seed = 2});
-    const std::string out =
-        run_command(cat("python3 '", script.string(), "' '", file.string(), "' 2>&1"), &status);
+    const std::string out = testing::run_command(
+        cat("python3 '", script.string(), "' '", file.string(), "' 2>&1"), &status);
     ASSERT_EQ(status, 0) << out;
 
     const GgufFile gguf = GgufFile::open(file);

@@ -106,18 +106,9 @@ std::string error_of(const std::vector<uint8_t>& bytes) {
   return error_of(bytes, bytes.size());
 }
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / onepass::testing::test_temp_name("onepass_st_");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  fs::path dir_;
+  SafetensorsTest() : TempDirTest("onepass_st_") {}
 };
 
 TEST_F(SafetensorsTest, RoundTrip) {

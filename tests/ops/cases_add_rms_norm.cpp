@@ -50,19 +50,6 @@ void run_add_rms_norm(OpContext& c, DType t, int64_t rows, int64_t cols, bool in
   c.expect_near(out, ref.out, tolerance(t), "out");
 }
 
-// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
-template <typename F>
-void expect_op_error(const char* op, F&& emit) {
-  GraphExecutor executor(cpu_backend());
-  GraphSession session = executor.begin();
-  try {
-    emit(session, executor.backend());
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), op) << e.what();
-  }
-}
-
 }  // namespace
 
 ONEPASS_OP_CASES(add_rms_norm) {

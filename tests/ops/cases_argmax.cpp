@@ -23,19 +23,6 @@ std::vector<int32_t> argmax_reference(const std::vector<double>& x, int64_t rows
   return out;
 }
 
-// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
-template <typename F>
-void expect_op_error(const char* op, F&& emit) {
-  GraphExecutor executor(cpu_backend());
-  GraphSession session = executor.begin();
-  try {
-    emit(session, executor.backend());
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), op) << e.what();
-  }
-}
-
 // Runs argmax over explicit rows (of equal length) and expects `expected`, which the
 // reference must agree with.
 void expect_argmax_of_rows(OpContext& c, DType t, const std::vector<std::vector<float>>& rows,

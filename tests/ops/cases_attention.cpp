@@ -150,19 +150,6 @@ void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, i
                 attention_tolerance());
 }
 
-// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
-template <typename F>
-void expect_op_error(const char* op, F&& emit) {
-  GraphExecutor executor(cpu_backend());
-  GraphSession session = executor.begin();
-  try {
-    emit(session, executor.backend());
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), op) << e.what();
-  }
-}
-
 }  // namespace
 
 ONEPASS_OP_CASES(attention) {

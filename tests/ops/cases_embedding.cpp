@@ -6,15 +6,10 @@
 #include "onepass/ops/ops.h"
 #include "onepass/ops/embedding.h"
 #include "onepass/ops/quant.h"
+#include "ops/quant_cases.h"
 #include "support/op_harness.h"
 
 namespace onepass::testing {
-
-namespace quant_cases {  // defined in cases_matmul.cpp
-const std::vector<DType>& weight_types();
-TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<double>& values,
-                        std::vector<double>& offsets, bool random_bits);
-}  // namespace quant_cases
 
 ONEPASS_OP_CASES(embedding) {
   for (DType t : quant_cases::weight_types()) {

@@ -52,19 +52,6 @@ void run_kv_write(OpContext& c, DType src_type, DType cache_type, const KvCase& 
   c.expect_near(cache, expected, Tolerance{0.0, 0.0}, "cache");
 }
 
-// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
-template <typename F>
-void expect_op_error(const char* op, F&& emit) {
-  GraphExecutor executor(cpu_backend());
-  GraphSession session = executor.begin();
-  try {
-    emit(session, executor.backend());
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), op) << e.what();
-  }
-}
-
 }  // namespace
 
 ONEPASS_OP_CASES(kv_cache) {

@@ -29,11 +29,12 @@
 #include "onepass/ops/ops.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/quant.h"
+#include "ops/quant_cases.h"
 #include "support/op_harness.h"
 
 namespace onepass::testing {
 
-// Shared with cases_matmul_id.cpp and cases_embedding.cpp (declared there).
+// Declared in quant_cases.h.
 namespace quant_cases {
 
 // A function rather than a global: case tables of other files are filled during static

@@ -7,19 +7,10 @@
 #include "onepass/ops/ops.h"
 #include "onepass/ops/matmul_id.h"
 #include "onepass/ops/quant.h"
+#include "ops/quant_cases.h"
 #include "support/op_harness.h"
 
 namespace onepass::testing {
-
-namespace quant_cases {  // defined in cases_matmul.cpp
-const std::vector<DType>& weight_types();
-TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<double>& values,
-                        std::vector<double>& offsets, bool random_bits);
-std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
-                                     const std::vector<double>& offsets, int64_t m, int64_t n,
-                                     int64_t k, double& atol, bool int8_x = false,
-                                     double input_rounding = 0);
-}  // namespace quant_cases
 
 namespace {
 

@@ -106,19 +106,6 @@ void run_rope(OpContext& c, DType t, const RopeCase& rc, ops::RopeLayout layout,
                 rope_tolerance(t, max_angle));
 }
 
-// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
-template <typename F>
-void expect_op_error(const char* op, F&& emit) {
-  GraphExecutor executor(cpu_backend());
-  GraphSession session = executor.begin();
-  try {
-    emit(session, executor.backend());
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), op) << e.what();
-  }
-}
-
 }  // namespace
 
 ONEPASS_OP_CASES(rope) {

@@ -59,19 +59,6 @@ ops::SoftmaxParams make_params(float scale, bool causal, int32_t offset, int64_t
   return p;
 }
 
-// Emits into a fresh direct session on the CPU backend and expects Error("[op] ...").
-template <typename F>
-void expect_op_error(const char* op, F&& emit) {
-  GraphExecutor executor(cpu_backend());
-  GraphSession session = executor.begin();
-  try {
-    emit(session, executor.backend());
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), op) << e.what();
-  }
-}
-
 }  // namespace
 
 ONEPASS_OP_CASES(softmax) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "onepass/core/error.h"
 #include "onepass/ops/ops.h"
 #include "onepass/exec/graph_session.h"
 #include "support/testing.h"
@@ -137,6 +138,20 @@ struct OpCaseRegistrar {
 
 /// The backend named "cpu" or "cuda", created once per process; nullptr when absent.
 std::shared_ptr<Backend> harness_backend(const std::string& name);
+
+/// Emits into a fresh direct session on a CPU backend and expects Error("[op] ..."):
+/// `emit(session, backend)` must throw an Error whose where() is `op`.
+template <typename F>
+void expect_op_error(const char* op, F&& emit) {
+  GraphExecutor executor(cpu_backend());
+  GraphSession session = executor.begin();
+  try {
+    emit(session, executor.backend());
+    ADD_FAILURE() << "expected an error from " << op;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), op) << e.what();
+  }
+}
 
 /// Float64 helpers for references.
 std::vector<double> to_double(const std::vector<float>& v);

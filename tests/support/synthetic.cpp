@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "onepass/ops/synthetic.h"
 #include "support/testing.h"
 
 namespace onepass::testing {
@@ -83,7 +82,7 @@ Dispatch SyntheticGraph::dispatch(const Backend& backend, size_t i) const {
     return device_[static_cast<size_t>(s.buffer)].slice(static_cast<size_t>(s.offset) * 4,
                                                          static_cast<size_t>(s.length) * 4);
   };
-  ops::MixArgs args{};
+  MixArgs args{};
   const BufferView out = view(n.out);
   const BufferView a = view(n.a);
   args.out = static_cast<uint32_t*>(out.data());
@@ -93,7 +92,7 @@ Dispatch SyntheticGraph::dispatch(const Backend& backend, size_t i) const {
   const Kernel& k = backend.registry().get("test_mix_u32");
   LaunchDims dims;
   if (backend.kind() == BackendKind::cpu) {
-    dims.grid.x = static_cast<uint32_t>((args.n + ops::kMixBlock - 1) / ops::kMixBlock);
+    dims.grid.x = static_cast<uint32_t>((args.n + kMixBlock - 1) / kMixBlock);
   } else {
     dims.block.x = 128;
     dims.grid.x = static_cast<uint32_t>((args.n + 127) / 128);
@@ -124,7 +123,7 @@ std::vector<std::vector<uint32_t>> SyntheticGraph::simulate() const {
     std::vector<uint32_t> result(static_cast<size_t>(n.out.length));
     for (int64_t i = 0; i < n.out.length; ++i) {
       const uint32_t bv = b ? (*b)[static_cast<size_t>(n.b.offset + i % n.b.length)] : 0u;
-      result[static_cast<size_t>(i)] = ops::mix_u32(a[static_cast<size_t>(n.a.offset + i)], bv, n.salt);
+      result[static_cast<size_t>(i)] = mix_u32(a[static_cast<size_t>(n.a.offset + i)], bv, n.salt);
     }
     std::copy(result.begin(), result.end(), out.begin() + n.out.offset);
   }
@@ -138,7 +137,7 @@ std::vector<std::vector<uint32_t>> SyntheticGraph::download() const {
 }
 
 size_t SyntheticGraph::node_index_of(const Dispatch& d) const {
-  const uint32_t salt = d.args_as<ops::MixArgs>().salt;
+  const uint32_t salt = d.args_as<MixArgs>().salt;
   return static_cast<size_t>(salt - nodes_.front().salt);
 }
 

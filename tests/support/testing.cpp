@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+
+#include "support/synthetic.h"
 
 namespace onepass::testing {
 
@@ -15,7 +18,11 @@ Options test_options() {
   return o;
 }
 
-std::shared_ptr<Backend> cpu_backend(Options options) { return make_cpu_backend(options); }
+std::shared_ptr<Backend> cpu_backend(Options options) {
+  std::shared_ptr<Backend> backend = make_cpu_backend(options);
+  add_cpu_synthetic_kernels(*backend);
+  return backend;
+}
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("ONEPASS_TEST_SEED")) return std::strtoull(s, nullptr, 10);
@@ -122,6 +129,20 @@ double max_scaled_error(const std::vector<float>& actual, const std::vector<doub
   return worst;
 }
 
+std::string run_command(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *status = -1;
+    return output;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  *status = ::pclose(pipe);
+  return output;
+}
+
 std::string test_temp_name(const std::string& prefix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = prefix + std::to_string(::getpid());
@@ -130,6 +151,17 @@ std::string test_temp_name(const std::string& prefix) {
     if (c == '/') c = '_';
   }
   return name;
+}
+
+void TempDirTest::SetUp() {
+  dir_ = std::filesystem::temp_directory_path() / test_temp_name(prefix_);
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+}
+
+void TempDirTest::TearDown() {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
 }
 
 }  // namespace onepass::testing

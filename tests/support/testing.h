@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,7 +22,7 @@ namespace onepass::testing {
 /// Options used by the tests unless they say otherwise: concurrent CPU schedule and 4
 /// threads, so that concurrency is exercised even on 2-core machines.
 Options test_options();
-/// A CPU backend with `options`.
+/// A CPU backend with `options`, with the synthetic kernels added (support/synthetic.h).
 std::shared_ptr<Backend> cpu_backend(Options options = test_options());
 
 /// A seed that differs per test run unless ONEPASS_TEST_SEED is set; printed on failure
@@ -45,6 +47,25 @@ float round_to(DType t, float v);
 /// the fixture's remove_all takes the whole directory (a '/' made nested directories whose
 /// parents stayed behind in /tmp).
 std::string test_temp_name(const std::string& prefix);
+
+/// A fixture with a fresh directory per test, test_temp_name(prefix) under the system's
+/// temporary directory, removed with its contents after the test.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override;
+  void TearDown() override;
+  std::filesystem::path path(const std::string& name) const { return dir_ / name; }
+
+  std::filesystem::path dir_;
+
+ private:
+  std::string prefix_;
+};
+
+/// Runs `command` through the shell (popen) and returns its standard output; `status` is
+/// the pclose status, -1 when the command could not be started.
+std::string run_command(const std::string& command, int* status);
 
 /// Largest |a-b| / (atol + rtol*|b|) over the arrays; NaN anywhere counts as infinity.
 double max_scaled_error(const std::vector<float>& actual, const std::vector<double>& expected,

@@ -90,6 +90,13 @@ class Backend : public Device {
   /// Graph instantiation statistics (backends without graphs report zeros).
   virtual GraphCacheStats graph_cache_stats() const { return {}; }
 
+  // --- kernels added to a live backend ------------------------------------------------
+  /// Registers `kernel` and prepares it as the backend's own kernels are (CUDA: its
+  /// function attributes); the tests add their synthetic kernels this way. Throws Error
+  /// when the name is taken. Not to be called while other threads use the backend.
+  virtual void add_kernel(Kernel kernel) = 0;
+  // ------------------------------------------------------------------------------------
+
   const Options& options() const { return options_; }
   void set_options(const Options& options) { options_ = options; }
   /// Fusion rules the graph passes may apply on this backend (filled by the ops layer

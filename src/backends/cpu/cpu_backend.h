@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "onepass/core/thread_pool.h"
 #include "onepass/exec/backend.h"
@@ -19,6 +20,7 @@ class CpuBackend final : public Backend {
   const DeviceInfo& info() const override { return info_; }
   const KernelRegistry& registry() const override { return registry_; }
   KernelRegistry& mutable_registry() { return registry_; }
+  void add_kernel(Kernel kernel) override { registry_.add(std::move(kernel)); }
   std::unique_ptr<Submission> new_submission(SubmitMode mode, std::string_view label) override;
 
   void copy_from_host(void* dst, const void* src, size_t bytes) override;

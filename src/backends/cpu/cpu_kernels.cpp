@@ -20,7 +20,6 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_affine_kernels(registry);
   register_matmul_id_kernels(registry);
   register_embedding_kernels(registry);
-  register_test_kernels(registry);
 }
 
 }  // namespace onepass::cpu

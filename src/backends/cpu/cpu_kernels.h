@@ -19,6 +19,5 @@ void register_matmul_kernels(KernelRegistry& registry);       // dense and GGML 
 void register_affine_kernels(KernelRegistry& registry);       // MLX affine quantized matmul
 void register_matmul_id_kernels(KernelRegistry& registry);    // expert-routed matmul
 void register_embedding_kernels(KernelRegistry& registry);    // embedding gather
-void register_test_kernels(KernelRegistry& registry);         // synthetic kernels for tests
 
 }  // namespace onepass::cpu

@@ -533,25 +533,33 @@ CudaBackend::CudaBackend(int ordinal, const Options& options) : Backend(options)
   ONEPASS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   register_cuda_kernels(registry_);
   register_cuda_selectors(selectors());
-  for (const std::string& name : registry_.names()) {
-    const Kernel& k = registry_.get(name);
-    // Opted in for any dynamic size: a kernel's static shared memory counts against the
-    // same 48 KB default (flash_decode_cluster has 48 KB static plus its slots).
-    if (k.cuda && k.max_shared_bytes > 0) {
-      check(k.max_shared_bytes <= info_.shared_per_block_optin, "cuda", "kernel ", name, " needs ",
-            k.max_shared_bytes, " bytes of shared memory, the device allows ", info_.shared_per_block_optin);
-      ONEPASS_CUDA_CHECK(cudaFuncSetAttribute(k.cuda, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(k.max_shared_bytes)));
-    }
-    if (k.cuda) {
-      // Every kernel asks for the largest shared-memory carveout, so that consecutive
-      // kernels never need different L1/shared splits: an SM changes its split only once
-      // idle, which stops the next kernel's blocks from joining it early (PDL). None of the
-      // kernels relies on L1 for reuse, so they give up nothing (bench-gpu's decode chose it).
-      ONEPASS_CUDA_CHECK(cudaFuncSetAttribute(k.cuda, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                              cudaSharedmemCarveoutMaxShared));
-    }
+  for (const std::string& name : registry_.names()) configure_kernel(registry_.get(name));
+}
+
+void CudaBackend::configure_kernel(const Kernel& k) {
+  // Opted in for any dynamic size: a kernel's static shared memory counts against the
+  // same 48 KB default (flash_decode_cluster has 48 KB static plus its slots).
+  if (k.cuda && k.max_shared_bytes > 0) {
+    check(k.max_shared_bytes <= info_.shared_per_block_optin, "cuda", "kernel ", k.name, " needs ",
+          k.max_shared_bytes, " bytes of shared memory, the device allows ", info_.shared_per_block_optin);
+    ONEPASS_CUDA_CHECK(cudaFuncSetAttribute(k.cuda, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(k.max_shared_bytes)));
   }
+  if (k.cuda) {
+    // Every kernel asks for the largest shared-memory carveout, so that consecutive
+    // kernels never need different L1/shared splits: an SM changes its split only once
+    // idle, which stops the next kernel's blocks from joining it early (PDL). None of the
+    // kernels relies on L1 for reuse, so they give up nothing (bench-gpu's decode chose it).
+    ONEPASS_CUDA_CHECK(cudaFuncSetAttribute(k.cuda, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            cudaSharedmemCarveoutMaxShared));
+  }
+}
+
+void CudaBackend::add_kernel(Kernel kernel) {
+  const std::string name = kernel.name;
+  registry_.add(std::move(kernel));
+  activate();
+  configure_kernel(registry_.get(name));
 }
 
 CudaBackend::~CudaBackend() {

@@ -39,6 +39,7 @@ class CudaBackend final : public Backend {
 
   const DeviceInfo& info() const override { return info_; }
   const KernelRegistry& registry() const override { return registry_; }
+  void add_kernel(Kernel kernel) override;
   std::unique_ptr<Submission> new_submission(SubmitMode mode, std::string_view label) override;
 
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
@@ -73,6 +74,8 @@ class CudaBackend final : public Backend {
 
  private:
   void staged_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  /// Sets a registered kernel's function attributes (shared memory, carveout).
+  void configure_kernel(const Kernel& k);
 
   int ordinal_;
   DeviceInfo info_;

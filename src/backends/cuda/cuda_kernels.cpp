@@ -23,8 +23,6 @@ void register_cuda_kernels(KernelRegistry& registry) {
   register_embedding_cuda_kernels(registry);
   register_affine_cuda_kernels(registry);
   register_matmul_id_cuda_kernels(registry);
-  register_test_cuda_kernels(registry);
-  register_fault_cuda_kernel(registry);
 }
 
 }  // namespace onepass::cuda

@@ -22,7 +22,5 @@ void register_rope_kv_cuda_kernels(KernelRegistry& registry);
 void register_embedding_cuda_kernels(KernelRegistry& registry);
 void register_affine_cuda_kernels(KernelRegistry& registry);
 void register_matmul_id_cuda_kernels(KernelRegistry& registry);
-void register_test_cuda_kernels(KernelRegistry& registry);
-void register_fault_cuda_kernel(KernelRegistry& registry);
 
 }  // namespace onepass::cuda

@@ -1,7 +1,6 @@
-// CUDA kernels: copy_<S>_<D> between f32, f16 and bf16, and test_mix_u32.
+// CUDA kernels: copy_bytes, and copy_<S>_<D> between f32, f16 and bf16.
 #include "common.cuh"
 #include "onepass/ops/copy.h"
-#include "onepass/ops/synthetic.h"
 #include "registration.h"
 
 namespace onepass::cuda {
@@ -38,14 +37,6 @@ __global__ void copy_bytes_kernel(const __grid_constant__ ops::CopyBytesArgs a) 
   for (uint64_t i = done + tid; i < a.bytes; i += step) dst[i] = src[i];
 }
 
-__global__ void mix_kernel(const __grid_constant__ ops::MixArgs a) {
-  pdl_wait();
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= a.n) return;
-  const uint32_t b = a.b_len > 0 ? a.b[i % a.b_len] : 0u;
-  a.out[i] = ops::mix_u32(a.a[i], b, a.salt);
-}
-
 }  // namespace
 
 void register_copy_cuda_kernels(KernelRegistry& registry) {
@@ -56,28 +47,6 @@ void register_copy_cuda_kernels(KernelRegistry& registry) {
                                                    reinterpret_cast<const void*>(&copy_kernel<S, D>)));
     });
   });
-}
-
-void register_test_cuda_kernels(KernelRegistry& registry) {
-  registry.add(make_cuda_kernel<ops::MixArgs>("test_mix_u32", reinterpret_cast<const void*>(&mix_kernel)));
-}
-
-}  // namespace onepass::cuda
-
-namespace onepass::cuda {
-namespace {
-
-// Writes through a null pointer: lets the tests check that a device fault becomes an
-// onepass::Error instead of an abort.
-__global__ void fault_kernel(const __grid_constant__ ops::MixArgs a) {
-  if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t*>(a.out) = 1u;
-}
-
-}  // namespace
-
-void register_fault_cuda_kernel(KernelRegistry& registry) {
-  registry.add(make_cuda_kernel<ops::MixArgs>("test_fault", reinterpret_cast<const void*>(&fault_kernel), 1024,
-                                              false));
 }
 
 }  // namespace onepass::cuda
