@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "../simd_x86.h"
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
 #include "rows.h"
-#include "../simd_x86.h"
 
 namespace onepass::cpu {
 

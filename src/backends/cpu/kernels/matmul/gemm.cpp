@@ -71,12 +71,14 @@ void gemm(const float* const* x_rows, int64_t m, const float* w, int64_t w_strid
   int64_t i = 0;
   for (; i + kMr <= m; i += kMr) {
     int64_t j = 0;
-    for (; j + kNr <= n; j += kNr) gemm_tile<S, kMr, kNr>(x_rows + i, w, w_stride, k, out_rows + i, j);
+    for (; j + kNr <= n; j += kNr)
+      gemm_tile<S, kMr, kNr>(x_rows + i, w, w_stride, k, out_rows + i, j);
     for (; j < n; ++j) gemm_tile<S, kMr, 1>(x_rows + i, w, w_stride, k, out_rows + i, j);
   }
   for (; i < m; ++i) {
     int64_t j = 0;
-    for (; j + kNr <= n; j += kNr) gemm_tile<S, 1, kNr>(x_rows + i, w, w_stride, k, out_rows + i, j);
+    for (; j + kNr <= n; j += kNr)
+      gemm_tile<S, 1, kNr>(x_rows + i, w, w_stride, k, out_rows + i, j);
     for (; j < n; ++j) gemm_tile<S, 1, 1>(x_rows + i, w, w_stride, k, out_rows + i, j);
   }
 }

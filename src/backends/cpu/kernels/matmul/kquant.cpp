@@ -30,8 +30,8 @@ inline void kquant_scales(const uint8_t* b, float* scale, float* offset) {
   const uint32_t mn_lo = w[1] & 0x3f3f3f3fu;
   const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
   const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-  _mm256_storeu_ps(scale,
-                   _mm256_mul_ps(_mm256_set1_ps(simd::load_half(b)), packed_u8_to_f32(sc_lo, sc_hi)));
+  _mm256_storeu_ps(
+      scale, _mm256_mul_ps(_mm256_set1_ps(simd::load_half(b)), packed_u8_to_f32(sc_lo, sc_hi)));
   const __m256 neg_dmin = _mm256_set1_ps(-simd::load_half(b + 2));
   _mm256_storeu_ps(offset, _mm256_mul_ps(neg_dmin, packed_u8_to_f32(mn_lo, mn_hi)));
 }

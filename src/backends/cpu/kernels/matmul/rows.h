@@ -12,12 +12,15 @@
 
 namespace onepass::cpu {
 
+template <typename F, size_t... I>
+void for_each_weight_type_at(F& f, std::index_sequence<I...>) {
+  (f.template operator()<kMatmulWeightTypes[I]>(), ...);
+}
+
 /// Calls f.template operator()<W>() for each W of kMatmulWeightTypes, in order.
 template <typename F>
 void for_each_weight_type(F&& f) {
-  [&]<size_t... I>(std::index_sequence<I...>) {
-    (f.template operator()<kMatmulWeightTypes[I]>(), ...);
-  }(std::make_index_sequence<std::size(kMatmulWeightTypes)>{});
+  for_each_weight_type_at(f, std::make_index_sequence<std::size(kMatmulWeightTypes)>{});
 }
 
 // Row kernels of `w` in the portable version (portable.cpp).

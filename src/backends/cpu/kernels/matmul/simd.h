@@ -53,8 +53,7 @@ namespace onepass::cpu::avx2 {
 struct Avx2 {
   using V = __m256;
   static constexpr int kWidth = 8;
-  // Rows of x sharing one decode of a weight row: their two accumulators each and the
-  // decoded values fit the 16 vector registers; more rows take another pass.
+  // Rows of x per decode of a weight row: more share the decode, past 4 spill the 16 registers.
   static constexpr int kMaxRows = 4;
 
   static V zero() { return _mm256_setzero_ps(); }
@@ -119,8 +118,7 @@ namespace onepass::cpu::avx512 {
 struct Avx512 {
   using V = __m512;
   static constexpr int kWidth = 16;
-  // Rows of x sharing one decode of a weight row: the 32 vector registers hold their
-  // accumulators.
+  // Rows of x per decode of a weight row: more share the decode, past 8 spill the 32 registers.
   static constexpr int kMaxRows = 8;
 
   static V zero() { return _mm512_setzero_ps(); }

@@ -96,8 +96,7 @@ struct Dense {
     }
     if (j + kW <= k) {
       const V v0 = S::template load_dense<W>(w, j);
-      for (int i = 0; i < M; ++i)
-        acc_a[i] = S::fmadd(S::load(x + i * x_stride + j), v0, acc_a[i]);
+      for (int i = 0; i < M; ++i) acc_a[i] = S::fmadd(S::load(x + i * x_stride + j), v0, acc_a[i]);
       j += kW;
     }
     for (int i = 0; i < M; ++i) {
