@@ -1,7 +1,7 @@
 // Row-level building blocks of the CPU matrix kernels (matmul, affine, matmul_id,
 // embedding): dot products of one weight row with a few rows of x, row decoding to f32,
 // and a small f32 GEMM. Each exists in a portable version and, on x86-64, AVX2 and
-// AVX-512 versions chosen at run time. Implemented in matmul.cpp.
+// AVX-512 versions chosen at run time. Implemented in matmul/.
 #pragma once
 
 #include <cstdint>

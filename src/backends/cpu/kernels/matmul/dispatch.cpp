@@ -1,0 +1,111 @@
+// Which instruction set the CPU matrix kernels use (the CPU's widest, capped by
+// ONEPASS_CPU_ISA or set_active_isa), and the table of row kernels per set and weight type.
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "../simd_x86.h"
+#include "onepass/core/error.h"
+#include "onepass/core/half.h"
+#include "rows.h"
+
+namespace onepass::cpu {
+
+// Filled during static initialisation, before any kernel can run.
+const float* const kHalfToFloat = [] {
+  static std::array<float, 65536> table;
+  for (uint32_t h = 0; h < table.size(); ++h) table[h] = f16_to_f32(static_cast<uint16_t>(h));
+  return table.data();
+}();
+
+bool isa_supported(Isa isa) {
+#if ONEPASS_CPU_X86
+  static const bool avx2 = [] {
+    __builtin_cpu_init();
+#if defined(__clang__)
+    // Clang cannot ask for F16C; every CPU with AVX2 and FMA has it.
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#endif
+  }();
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  return isa == Isa::portable || (isa == Isa::avx2 && avx2) || (isa == Isa::avx512 && avx512);
+#else
+  return isa == Isa::portable;
+#endif
+}
+
+Isa best_isa() {
+  static const Isa isa = isa_supported(Isa::avx512) ? Isa::avx512
+                         : isa_supported(Isa::avx2) ? Isa::avx2
+                                                    : Isa::portable;
+  return isa;
+}
+
+namespace {
+
+Isa initial_isa() {
+  Isa isa = best_isa();
+  if (const char* cap = std::getenv("ONEPASS_CPU_ISA")) {
+    const std::string_view v(cap);
+    const Isa wanted = v == "portable" ? Isa::portable : v == "avx2" ? Isa::avx2 : Isa::avx512;
+    check(v == "portable" || v == "avx2" || v == "avx512", "cpu",
+          "ONEPASS_CPU_ISA must be portable, avx2 or avx512, got '", v, "'");
+    isa = std::min(isa, wanted);
+  }
+  return isa;
+}
+
+std::atomic<Isa>& isa_in_use() {
+  static std::atomic<Isa> isa{initial_isa()};
+  return isa;
+}
+
+using KernelTable = std::array<RowKernels, kDTypeCount>;
+
+// The row kernels of every matmul weight type for `isa`: the families' SIMD kernels where
+// they have them, the portable ones elsewhere.
+KernelTable make_table(Isa isa) {
+  KernelTable table{};
+  for (DType w : kMatmulWeightTypes) {
+    RowKernels kernels = portable_row_kernels(w);
+#if ONEPASS_CPU_X86
+    if (isa != Isa::portable) {
+      for (auto family : {dense_row_kernels, block32_row_kernels, kquant_row_kernels}) {
+        const RowKernels simd = family(w, isa);
+        if (simd.dot != nullptr) kernels = simd;
+      }
+    }
+#else
+    (void)isa;
+#endif
+    table[static_cast<size_t>(w)] = kernels;
+  }
+  return table;
+}
+
+}  // namespace
+
+Isa active_isa() {
+  return isa_in_use().load(std::memory_order_relaxed);
+}
+
+void set_active_isa(Isa isa) {
+  // Only between runs: blocks of one dispatch must all take the same path.
+  check(isa_supported(isa), "cpu", "this CPU cannot run the requested instruction set");
+  isa_in_use().store(isa, std::memory_order_relaxed);
+}
+
+const RowKernels& row_kernels(DType weight_type, Isa isa) {
+  static const KernelTable tables[] = {make_table(Isa::portable), make_table(Isa::avx2),
+                                       make_table(Isa::avx512)};
+  check(isa_supported(isa), "cpu", "row kernels for an instruction set this CPU lacks");
+  const RowKernels& k = tables[static_cast<size_t>(isa)][static_cast<size_t>(weight_type)];
+  check(k.dot != nullptr, "cpu", "no matmul row kernels for weight type ", dtype_name(weight_type));
+  return k;
+}
+
+}  // namespace onepass::cpu

@@ -1,0 +1,38 @@
+// Internal interface of the CPU matmul kernels (kernels/matmul/): the row kernels of each
+// weight-type family per instruction set, which row_kernels() (dispatch.cpp) collects into
+// one table per set, and the mv / mm kernel entry points that register.cpp registers.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "../quant_blocks.h"
+#include "onepass/core/dtype.h"
+#include "onepass/exec/kernel.h"
+
+namespace onepass::cpu {
+
+template <typename F, size_t... I>
+void for_each_weight_type_at(F& f, std::index_sequence<I...>) {
+  (f.template operator()<kMatmulWeightTypes[I]>(), ...);
+}
+
+/// Calls f.template operator()<W>() for each W of kMatmulWeightTypes, in order.
+template <typename F>
+void for_each_weight_type(F&& f) {
+  for_each_weight_type_at(f, std::make_index_sequence<std::size(kMatmulWeightTypes)>{});
+}
+
+// Row kernels of `w` in the portable version (portable.cpp).
+RowKernels portable_row_kernels(DType w);
+// Row kernels of `w` for isa = avx2 or avx512 on x86-64; empty (null) when the family does
+// not hold `w`.
+RowKernels dense_row_kernels(DType w, Isa isa);    // f32, f16, bf16 (dense.cpp)
+RowKernels block32_row_kernels(DType w, Isa isa);  // q4_0, q4_1, q8_0 (block32.cpp)
+RowKernels kquant_row_kernels(DType w, Isa isa);   // q4_k, q5_k, q6_k (kquant.cpp)
+
+/// The CpuKernelFn of mv_<w>_f32 (mv.cpp) and mm_<w>_f32 (mm.cpp).
+CpuKernelFn mv_kernel(DType w);
+CpuKernelFn mm_kernel(DType w);
+
+}  // namespace onepass::cpu
