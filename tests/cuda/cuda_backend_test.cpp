@@ -375,7 +375,7 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
       for (int64_t k : {int64_t{512}, int64_t{2048}, int64_t{8192}}) {
         SCOPED_TRACE(::testing::Message() << dtype_name(type) << " m " << m << " k " << k);
         // Gate and up rows: 2 n. One row of x, K = 512 and n = 8200: the one-unit formats'
-        // short-row kernels (ops::cuda_mv1_short_rows, at least 8192 rows) for all three.
+        // short-row kernels (cuda::cuda_mv1_short_rows, at least 8192 rows) for all three.
         const int64_t n = m == 1 && k == 512 ? 8200 : 600;
         auto alloc = [&](Shape shape) { return poisoned_tensor(*backend, shape); };
         auto weights = [&](int64_t rows, uint64_t s) { return random_weights(*backend, type, rows, k, s); };

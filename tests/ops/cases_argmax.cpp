@@ -90,7 +90,7 @@ ONEPASS_OP_CASES(argmax) {
       rows.back()[8] = rows.back()[16] = rows.back()[24] = -2.0f;
       expect_argmax_of_rows(c, t, rows, {0, 5, 6, 3, 0, 1, 0, 9, 36, 8});
     }});
-    // Rows long enough for CUDA's cluster kernel (ops::cuda_argmax_chunks: 5 chunks of
+    // Rows long enough for CUDA's cluster kernel (cuda::cuda_argmax_chunks: 5 chunks of
     // 8,000 values): ties and NaNs across chunks, the lowest index must still win.
     cases.push_back({cat("argmax/", dtype_name(t), "/ties_across_chunks"), [=](OpContext& c) {
       constexpr int64_t kCols = 40000;

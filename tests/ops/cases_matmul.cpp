@@ -209,11 +209,11 @@ ONEPASS_OP_CASES(matmul) {
     add_case(cases, t, 1, 333, k_split, 0, false);
     add_case(cases, t, 3, 7, k_split, 0, false);
     // Rows of >= 2048 values with few outputs: the CUDA matrix-vector kernels then take one
-    // output row per warp (ops::kCudaMvOneRowMinK).
+    // output row per warp (cuda::kCudaMvOneRowMinK).
     add_case(cases, t, 2, 45, dtype_block_elems(t) == 256 ? 2304 : 2112, 0, false);
     // One row of x and long rows for the 32-value block formats: the CUDA one-row kernels
     // (mv1_*) stream 2 to 12 chunks per row pair through their ring, x strided or not;
-    // from K = 4096 they split K between two warps per row pair (ops::cuda_mv1_dims).
+    // from K = 4096 they split K between two warps per row pair (cuda::cuda_mv1_dims).
     if (dtype_is_quantized(t) && dtype_block_elems(t) == 32) {
       for (int64_t k_long : {512, 4096, 8192, 12288}) {
         add_case(cases, t, 1, 333, k_long, 0, false);
@@ -230,7 +230,7 @@ ONEPASS_OP_CASES(matmul) {
       }
     }
     // One row of x and rows of at least 4 KB for the dense types: the CUDA one-row kernel
-    // then splits K between two warps per row pair (ops::cuda_mv1_dims), halves of
+    // then splits K between two warps per row pair (cuda::cuda_mv1_dims), halves of
     // 2 / 2, 2 / 3 and 8 / 9 chunks of 64 words (the last one partial).
     if (!dtype_is_quantized(t)) {
       const int64_t per_word = 16 / static_cast<int64_t>(dtype_size(t));
@@ -265,7 +265,7 @@ ONEPASS_OP_CASES(matmul) {
     // of 8 per SM: 2,112 on 132 SMs), so warps take several pairs in turn.
     add_case(cases, t, 1, 4500, 512, 0, false);
     // One row of x, rows of at most 32 units and at least 8192 rows: the CUDA short-row
-    // kernel (two row pairs per warp item, ops::cuda_mv1_short_rows) for the one-unit
+    // kernel (two row pairs per warp item, cuda::cuda_mv1_short_rows) for the one-unit
     // formats, with the last item's second pair missing (8194) or half missing (8195).
     if (t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0) {
       add_case(cases, t, 1, 8195, 576, 0, false);

@@ -1,4 +1,4 @@
-// Registration functions of the CUDA kernel families (one file each in kernels/).
+// Registration functions of the CUDA kernel families (one file each in kernels/ and matmul/).
 #pragma once
 
 #include "onepass/exec/kernel.h"

@@ -21,13 +21,13 @@
 // from DRAM about once and from L2 by the other M tiles.
 #include <type_traits>
 
-#include "common.cuh"
-#include "onepass/ops/matmul.h"
-#include "../matmul/launch.h"
+#include "../kernels/common.cuh"
+#include "../kernels/ptx.cuh"
+#include "../kernels/quant_dot.cuh"
+#include "../kernels/registration.h"
+#include "launch.h"
 #include "dequant_unit.cuh"
-#include "ptx.cuh"
-#include "quant_dot.cuh"
-#include "registration.h"
+#include "onepass/ops/matmul.h"
 
 namespace onepass::cuda {
 namespace {

@@ -1,11 +1,11 @@
 // CUDA kernels of the expert-routed matmul (MoE): matmul_id_group (sort the (token, slot)
 // pairs by expert), mm_id_<W>_f32 (per expert, tiles of 64 pairs x 64 columns) and
 // mv_id_<W>_f32 (one token: a warp per output column). Semantics: ops/matmul_id.h.
-#include "common.cuh"
+#include "../kernels/common.cuh"
+#include "../kernels/quant_dot.cuh"
+#include "../kernels/registration.h"
+#include "../kernels/tile.cuh"
 #include "onepass/ops/matmul_id.h"
-#include "quant_dot.cuh"
-#include "registration.h"
-#include "tile.cuh"
 
 namespace onepass::cuda {
 namespace {

@@ -15,10 +15,10 @@
 
 #include "../cuda_check.h"
 #include "../host_context.h"
-#include "common.cuh"
+#include "../kernels/common.cuh"
+#include "../kernels/registration.h"
 #include "dequant_unit.cuh"
 #include "onepass/ops/matmul.h"
-#include "registration.h"
 
 namespace onepass::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // The tensor-core operand type of each weight type, and the dequantization of one 32-value
 // unit of a GGML block format to 16 packed f16 pairs, in K order. The tensor-core mm
-// (matmul_tc.cu, from raw bytes in shared memory) and the operand conversion before a cuBLAS
-// GEMM (matmul_blas.cu, from global memory) share them.
+// (gemm_tc.cu, from raw bytes in shared memory) and the operand conversion before a cuBLAS
+// GEMM (gemm_blas.cu, from global memory) share them.
 //   WUnit<W>::load(b, u, raw)    loads the words of unit u of the block at b;
 //   WUnit<W>::decode(raw, u, h)  turns them into the unit's 16 f16 pairs.
 #pragma once
@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "onepass/core/dtype.h"
-#include "quant_dot.cuh"
+#include "../kernels/quant_dot.cuh"
 
 namespace onepass::cuda::dequant {
 
