@@ -1,5 +1,5 @@
 // Activations: gelu (tanh form), silu, silu*mul (SwiGLU gate) and softcap.
-// Argument structs are shared by the CPU and CUDA kernels.
+// Argument structs are shared by every backend's kernels.
 #pragma once
 
 #include <cstdint>
@@ -7,12 +7,9 @@
 
 namespace onepass::ops {
 
-/// out[r, c] = f(x[r, c]), computed in f32. Kernels gelu_<T>, silu_<T>, softcap_<T> for
-/// T in f32, f16, bf16 (x and out share T). Strides in elements. `cap` is used by softcap
-/// only (out = tanh(x / cap) * cap).
-/// Work split as elementwise ops (ops/elementwise.h): CPU blocks of
-/// kCpuElementwiseBlock values of the flattened [rows, cols]; CUDA 256 threads per block,
-/// grid-stride loop over rows * cols values.
+/// gelu, silu, softcap: out[r, c] = f(x[r, c]), computed in f32, for f32, f16, bf16 (x and
+/// out share the type). Strides in elements. `cap` is used by softcap only
+/// (out = tanh(x / cap) * cap).
 struct ActivationArgs {
   const void* x;
   void* out;
@@ -23,7 +20,7 @@ struct ActivationArgs {
   float cap;
 };
 
-/// out[r, c] = silu(a[r, c]) * b[r, c], computed in f32. Kernel silu_mul_<T> (a, b and out
+/// out[r, c] = silu(a[r, c]) * b[r, c], computed in f32 (a, b and out
 /// share T). Strides in elements; work split as ActivationArgs.
 struct SiluMulArgs {
   const void* a;

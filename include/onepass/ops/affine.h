@@ -10,15 +10,8 @@
 
 namespace onepass::ops {
 
-/// Kernels mv_affine_q<bits>_g<group>_<S>_f32 and mm_affine_q<bits>_g<group>_<S>_f32 for
-/// bits 4, 8, group 32, 64, 128 and scale type S f16, bf16 (see affine_kernel_name).
-/// Launch shapes are those of MatmulArgs (ops/matmul.h): mv for M <= kMatmulMvMaxRows,
-///   CUDA mv: grid (ceil(N / kCudaMvRowsPerBlock)), block 128, one warp per output row,
-///            each lane taking whole u32 words of the row (8 or 4 values) and the group's
-///            scale and bias;
-///   CUDA mm: grid (ceil(N / 64), ceil(M / 64)), block 256, 64 x 64 tiles of out, the w
-///            tile dequantized into shared memory one group column at a time.
-///   CPU: as mv_*/mm_* (ops/matmul.h).
+/// matmul_affine: out [M, N] = x [M, K] · wᵀ for the MLX affine formats (bits 4, 8; group
+/// 32, 64, 128; scales and biases f16 or bf16), each weight scale * q + bias per group.
 /// f32 accumulation. The CPU kernels decode each weight (scale * q + bias, one FMA) and
 /// accumulate x·w; a kernel may instead form scale · Σ x·q + bias · Σ x per group (the
 /// op cases' tolerance allows for both).

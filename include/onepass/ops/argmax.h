@@ -6,17 +6,9 @@
 
 namespace onepass::ops {
 
-/// out[r] = index of the largest value of row r of x [rows, cols]. Ties go to the lowest
-/// index; NaNs never win (an all-NaN row gives 0). Kernel argmax_<T> for T in f32, f16,
-/// bf16. x_stride in elements.
-/// Work: one block per row: CPU one row per block; CUDA grid.x = rows, blockDim a
-/// multiple of 32 (row_dims()), reduction of (value, index) pairs preferring the lower
-/// index on equal values.
-/// CUDA, rows of at least kCudaArgmaxClusterMinCols: kernel argmax_cluster_<T> instead,
-/// grid {chunks, rows} in clusters of {chunks, 1, 1} (Kernel::cluster_rows), chunks =
-/// cuda_argmax_chunks(cols), 1024 threads; block (c, r) scans [argmax_chunk_begin(c),
-/// argmax_chunk_begin(c + 1)) of row r and the cluster's first block merges the chunks.
-/// (One block per row took 16 us for a 128,256-value vocabulary on an H200.)
+/// argmax: out[r] = index of the largest value of row r of x [rows, cols] (f32, f16, bf16).
+/// Ties go to the lowest index; NaNs never win (an all-NaN row gives 0). x_stride in
+/// elements. A backend may scan a long row (a vocabulary) in chunks and merge them.
 /// First column of chunk c of `chunks`: a multiple of 8 (whole 16-byte loads of aligned
 /// rows). (Host and device.)
 #if defined(__CUDACC__)
@@ -36,11 +28,10 @@ struct ArgmaxArgs {
   int64_t x_stride;
 };
 
-/// Kernel feed_token (greedy decoding on the device): the next step's inputs from this
+/// feed_token (greedy decoding on the device): the next step's inputs from this
 /// step's argmax, so that decode steps can follow each other without the host.
 ///   p = positions[0]; history[p + 1] = token[0] when 0 <= p + 1 < history_size (and
 ///   history is set); ids[0] = token[0]; positions[0] = p + 1; kv_length[0] += 1.
-/// Work: one block of one thread (CPU: one block).
 struct FeedTokenArgs {
   const int32_t* token;
   int32_t* ids;
@@ -69,10 +60,9 @@ __host__ __device__
 #endif
 inline void feed_token_apply(const FeedTokenArgs& a) { feed_token_store(a, a.token[0]); }
 
-/// Kernels argmax_<T>_feed and argmax_cluster_<T>_feed (fusion rule "argmax+feed_token":
-/// an argmax of one row followed by the feed_token of its result): the argmax kernel's
-/// work, then feed_token_store of the row's index in the same dispatch, so a greedy
-/// decode step ends one kernel earlier. feed.token is not read.
+/// argmax_feed (fusion rule "argmax+feed_token": an argmax of one row followed by the
+/// feed_token of its result): the argmax, then feed_token_store of the row's index in the
+/// same dispatch, so a greedy decode step ends one dispatch earlier. feed.token is not read.
 struct ArgmaxFeedArgs {
   ArgmaxArgs argmax;
   FeedTokenArgs feed;

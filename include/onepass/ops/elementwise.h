@@ -1,5 +1,5 @@
 // Elementwise ops: add, mul (same shape or one row broadcast) and scale.
-// Argument structs are shared by the CPU and CUDA kernels.
+// Argument structs are shared by every backend's kernels.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +8,8 @@
 namespace onepass::ops {
 
 /// out[r, c] = a[r, c] (op) b[r * b_row_step, c]. Strides are in elements; b_row_step is
-/// 0 when one row of b is broadcast over every row of a. Kernels: add_<T>, mul_<T>
-/// for T in f32, f16, bf16 (a, b and out share T).
+/// 0 when one row of b is broadcast over every row of a. Types f32, f16, bf16
+/// (a, b and out share the type).
 struct BinaryArgs {
   const void* a;
   const void* b;
@@ -22,7 +22,7 @@ struct BinaryArgs {
   int64_t b_row_step;  // 1, or 0 for a broadcast row
 };
 
-/// out = x * factor. Kernel scale_<T>.
+/// out = x * factor.
 struct ScaleArgs {
   const void* x;
   void* out;

@@ -6,11 +6,10 @@
 
 namespace onepass::ops {
 
-/// Kernel embedding_<W>_<O>: table [vocab, dim] of weight type W (f32, f16, bf16 or a GGML
+/// embedding: table [vocab, dim] of weight type W (f32, f16, bf16 or a GGML
 /// block format, rows table_row_bytes apart), ids i32 [tokens], out [tokens, dim] of type
 /// O (f32, f16, bf16). An id outside [0, vocab) gives a row of zeros and reads nothing.
 /// Values are those of dequantize() (ops/quant.h), rounded once to O.
-/// CPU: one block per token. CUDA: grid (tokens), block (256) striding over the row.
 struct EmbeddingArgs {
   const void* table;
   const int32_t* ids;

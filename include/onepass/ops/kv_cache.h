@@ -6,14 +6,12 @@
 
 namespace onepass::ops {
 
-/// cache[h, positions[t], :] = convert(src[t, h, :]). Kernel kv_write_<S>_<C> for the
-/// source type S and cache type C in f32, f16, bf16 (e.g. kv_write_f32_f16).
+/// kv_write: cache[h, positions[t], :] = convert(src[t, h, :]) for the source and cache
+/// types in f32, f16, bf16.
 /// src rows (token, head) are src_stride elements apart; cache rows (head, position)
 /// cache_stride elements apart. Positions are device data: a position outside [0, ctx)
 /// is skipped (nothing written). Two tokens with the same position race: which one
 /// lands is unspecified.
-/// Work: one block per src row (token, head): CPU one row per block, grid.x = tokens *
-/// n_kv_head with the head fastest; CUDA the same grid, threads over head_dim.
 struct KvWriteArgs {
   const void* src;
   void* cache;

@@ -1,5 +1,5 @@
 // Dense and GGML block-quantized matmul: out [M, N] = x [M, K] · wᵀ, w [N, K].
-// Argument structs are shared by the CPU and CUDA kernels.
+// Argument structs are shared by every backend's kernels.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +67,7 @@ struct FusedMatvecArgs {
   MatvecRope rope;
   /// The backend's: nonzero when its kernel loads the residual before its
   /// programmatic-launch wait (it then reports kMatvecResidual as an early operand).
-  int32_t residual_before_wait;
+  int32_t residual_early;
 };
 
 /// Rows of x up to which the products are matrix-vector products (every weight row read

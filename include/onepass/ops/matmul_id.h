@@ -19,21 +19,13 @@ struct MatmulIdParams {
   bool per_slot_input = false;  // x is [T, S, K] rather than [T, K]
 };
 
-/// One argument struct for the three kernels of the op:
-///   matmul_id_group  (mm path, runs first) groups the T*S (token, slot) pairs by expert
-///       into `scratch`: int32 offsets[E + 2] then int32 pairs[T * S]. Pairs of expert e
-///       are pairs[offsets[e] .. offsets[e + 1]) in ascending pair index (t * S + s);
-///       pairs with an id outside [0, E) come last, in [offsets[E], offsets[E + 1]).
-///       CPU and CUDA: grid (1), CUDA block (256): count, exclusive scan, stable scatter.
-///   mm_id_<W>_f32  (mm path) grid (ceil(N / R), E + 1, 1): block (x, e) computes
-///       columns [x R, x R + R) of every pair routed to expert e, dequantizing those R
-///       weight rows once; y == E writes zeros for the pairs with invalid ids.
-///       CPU: R = kCpuMmRowsPerBlock. CUDA: R = 64, block (256), looping over the
-///       expert's pairs in tiles of 64 as mm_<W>_f32 does over M.
-///   mv_id_<W>_f32  (one token) grid (ceil(N / R), S, T): block (x, s, t) computes columns
-///       [x R, x R + R) of pair (t, s), or zeros when ids[t, s] is out of range.
-///       CPU: R = kCpuMvRowsPerBlock. CUDA: R = kCudaMvRowsPerBlock, block (128), one warp
-///       per output column as mv_<W>_f32.
+/// One argument struct for the op's steps. One token ("matmul_id"): each (token, slot)
+/// pair's product, or zeros when ids[t, s] is out of range. More tokens: the pairs are
+/// first grouped by expert ("matmul_id_group", into `scratch`: int32 offsets[E + 2] then
+/// int32 pairs[T * S]; pairs of expert e are pairs[offsets[e] .. offsets[e + 1]) in
+/// ascending pair index t * S + s, pairs with an id outside [0, E) last), then each
+/// expert's weight rows are read once for all its pairs ("matmul_id_grouped"), and the
+/// pairs with invalid ids get zeros.
 struct MatmulIdArgs {
   const float* x;
   const void* w;

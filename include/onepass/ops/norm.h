@@ -7,10 +7,10 @@
 
 namespace onepass::ops {
 
-/// out = x / sqrt(mean(x^2) + eps) [* weight] [* scale]. One struct for the kernels
-///   rms_norm_<T>           weight set, scale null
-///   rms_norm_noweight_<T>  weight null, scale null
-///   rms_norm_mul_<T>       weight and scale set (the fused RMS-norm -> mul)
+/// out = x / sqrt(mean(x^2) + eps) [* weight] [* scale]. One struct for the ops
+///   rms_norm            weight set, scale null
+///   rms_norm_no_weight  weight null, scale null
+///   rms_norm_mul        weight and scale set (also the fused RMS-norm -> mul)
 /// x, scale and out are of type T (f32, f16, bf16); weight is f32. Strides in elements;
 /// scale_row_step is 0 when one row of scale is broadcast.
 struct RmsNormArgs {
@@ -28,10 +28,9 @@ struct RmsNormArgs {
 };
 
 /// Residual add fused with the next norm: sum = a + b, stored in T; then
-/// out = sum / sqrt(mean(sum^2) + eps) * weight, computed from sum as stored. Kernel
-/// add_rms_norm_<T>: a, b, sum and out of type T (f32, f16, bf16), weight f32. Strides
+/// out = sum / sqrt(mean(sum^2) + eps) * weight, computed from sum as stored;
+/// a, b, sum and out of type T (f32, f16, bf16), weight f32. Strides
 /// in elements. sum may be a or b itself (in-place residual update).
-/// Work: one block per row, as RmsNormArgs (row_dims()).
 struct AddRmsNormArgs {
   const void* a;
   const void* b;

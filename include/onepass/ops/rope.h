@@ -43,14 +43,12 @@ struct RopeParams {
   RopeCosSin cos_sin_use = RopeCosSin::none;
 };
 
-/// Kernels rope_<T> (normal layout) and rope_neox_<T> (x and out share T, f32/f16/bf16).
+/// rope and rope_neox (the layouts; x and out share the type, f32/f16/bf16).
 /// x and out are [tokens, heads, head_dim] with rows (token, head) `*_stride` elements
 /// apart; out may be x itself (in place). Angles are computed in f32 as
 ///   inv_freq = powf(theta, -(float)(2i) / (float)rotary_dims) * freq_scale
 ///              [/ freq_factors[i]];   angle = (float)p * inv_freq.
 /// freq_factors is null when absent.
-/// Work: one block per token (all heads share that token's angles): CPU one token per
-/// block; CUDA grid.x = tokens, threads over (head, pair), blockDim a multiple of 32.
 struct RopeArgs {
   const void* x;
   void* out;
@@ -66,13 +64,12 @@ struct RopeArgs {
   float freq_scale;
 };
 
-/// The attention inputs of one step in one pass (kernels rope_kv_write_<C> and
-/// rope_kv_write_neox_<C>, C the cache type): RoPE on q in place, RoPE'd k and v written
+/// The attention inputs of one step in one pass (rope_kv_write and rope_kv_write_neox, the
+/// two layouts; any cache type of f32, f16, bf16): RoPE on q in place, RoPE'd k and v written
 /// into the caches at the tokens' positions (positions outside [0, ctx) write nothing; k
 /// and v are left as they were). Equals rope(q, q); rope(k, k'); kv_write(k', k_cache);
 /// kv_write(v, v_cache). q, k, v f32 [tokens, heads, head_dim]; caches [kv_heads, ctx,
-/// head_dim]. CPU: one block per token. CUDA: grid (tokens, n_head + 2 n_kv_head), one
-/// block per head row (q rows, then k rows, then v rows), threads over pairs/dims.
+/// head_dim].
 struct RopeKvArgs {
   float* q;
   const float* k;

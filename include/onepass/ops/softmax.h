@@ -18,7 +18,7 @@ struct SoftmaxParams {
   int64_t queries = 0;
 };
 
-/// Kernel softmax_<T> (x and out share T; f32 max, exp and sum). Strides in elements.
+/// x and out share the type (f32, f16, bf16); f32 max, exp and sum. Strides in elements.
 /// `queries` is already resolved (never 0); `causal` is 0 or 1.
 /// One block per row: CPU one row per block; CUDA one block per row (grid.x = rows),
 /// blockDim a multiple of 32 (row_dims()).

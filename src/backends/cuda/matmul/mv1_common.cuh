@@ -180,10 +180,10 @@ __device__ __forceinline__ void mv1_residual_copy(const ops::MatmulArgs& a, cons
 
 // Whether the first pair's inputs are early reads of the dispatch, which may be copied
 // before the PDL wait: RoPE with loaded angles (the position and the angles were written
-// before the predecessor), or a residual marked residual_before_wait (written two or three
+// before the predecessor), or a residual marked residual_early (written two or three
 // dispatches before the product in a decode step).
 __device__ __forceinline__ bool mv1_first_pair_copy_in_prologue(const MvFusion& f) {
-  return f.rope != nullptr ? f.rope->cos_sin_in != nullptr : f.residual != nullptr && f.residual_before_wait;
+  return f.rope != nullptr ? f.rope->cos_sin_in != nullptr : f.residual != nullptr && f.residual_early;
 }
 
 // The storer's copy request in the prologue before the PDL wait (only when

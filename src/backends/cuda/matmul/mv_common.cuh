@@ -30,12 +30,12 @@ struct MvFusion {
   const float* residual = nullptr;
   int64_t residual_stride = 0;
   const ops::MatvecRope* rope = nullptr;  // one token's Q/K/V: RoPE and KV-cache writes
-  bool residual_before_wait = false;      // FusedMatvecArgs::residual_before_wait
+  bool residual_early = false;      // FusedMatvecArgs::residual_early
 };
 
 __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
   return MvFusion{f.norm_weight, f.eps,         f.silu != 0, f.residual, f.residual_stride,
-                  f.rope.positions != nullptr ? &f.rope : nullptr, f.residual_before_wait != 0};
+                  f.rope.positions != nullptr ? &f.rope : nullptr, f.residual_early != 0};
 }
 
 // Weight row of the r-th row a warp reads for output j0 (clamped: a missing second row

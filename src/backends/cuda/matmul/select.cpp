@@ -190,7 +190,7 @@ KernelChoice matmul_fused(const Backend& b, const KernelRequest& r) {
   // The kernels copy the residual of their first rows before the PDL wait (it was
   // written two or more dispatches earlier in a decode step).
   if (f.residual != nullptr) {
-    f.residual_before_wait = 1;
+    f.residual_early = 1;
     choice.early_operands |= ops::kMatvecResidual;
   }
   return choice;
