@@ -16,17 +16,6 @@
 namespace onepass::cpu {
 namespace {
 
-uint32_t blocks(int64_t count, int64_t per_block, std::string_view op) {
-  const int64_t b = std::max<int64_t>(1, (count + per_block - 1) / per_block);
-  check(b <= 0x7fffffff, op, "launch of ", b, " blocks in one dimension is too large");
-  return static_cast<uint32_t>(b);
-}
-
-uint32_t extent(int64_t count, std::string_view op) {
-  check(count <= 0x7fffffff, op, "too many rows: ", count);
-  return static_cast<uint32_t>(std::max<int64_t>(count, 1));
-}
-
 KernelChoice named(const Backend& b, const std::string& name, LaunchDims dims) {
   return KernelChoice{&b.registry().get(name), dims};
 }
@@ -36,14 +25,14 @@ std::string typed(std::string_view base, DType t) { return cat(base, "_", dtype_
 // Elementwise ops: blocks of kCpuElementwiseBlock values of the flattened result.
 KernelChoice elementwise(const Backend& b, const KernelRequest& r) {
   LaunchDims dims;
-  dims.grid.x = blocks(r.rows * r.cols, kCpuElementwiseBlock, r.op);
+  dims.grid.x = grid_blocks(r.rows * r.cols, kCpuElementwiseBlock, r.op);
   return named(b, typed(r.op, r.type), dims);
 }
 
 // Row ops (norms, softmax, argmax): one block per row.
 LaunchDims row_dims(const KernelRequest& r) {
   LaunchDims dims;
-  dims.grid.x = extent(r.rows, r.op);
+  dims.grid.x = grid_extent(r.rows, r.op);
   return dims;
 }
 KernelChoice per_row(const Backend& b, const KernelRequest& r) { return named(b, typed(r.op, r.type), row_dims(r)); }
@@ -54,13 +43,13 @@ KernelChoice rms_norm_no_weight(const Backend& b, const KernelRequest& r) {
 
 KernelChoice copy(const Backend& b, const KernelRequest& r) {
   LaunchDims dims;
-  dims.grid.x = blocks(r.rows * r.cols, kCpuElementwiseBlock, r.op);
+  dims.grid.x = grid_blocks(r.rows * r.cols, kCpuElementwiseBlock, r.op);
   return named(b, cat("copy_", dtype_name(r.type), "_", dtype_name(r.type2)), dims);
 }
 
 KernelChoice copy_bytes(const Backend& b, const KernelRequest& r) {
   LaunchDims dims;
-  dims.grid.x = blocks(r.cols, static_cast<int64_t>(kCpuCopyBytesBlock), r.op);
+  dims.grid.x = grid_blocks(r.cols, static_cast<int64_t>(kCpuCopyBytesBlock), r.op);
   return named(b, "copy_bytes", dims);
 }
 
@@ -88,8 +77,8 @@ KernelChoice argmax_feed(const Backend& b, const KernelRequest& r) {
 KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::SdpaArgs>();
   LaunchDims dims;
-  dims.grid.x = extent(a.n_kv_head, r.op);
-  dims.grid.y = extent(a.tokens, r.op);
+  dims.grid.x = grid_extent(a.n_kv_head, r.op);
+  dims.grid.y = grid_extent(a.tokens, r.op);
   return named(b, typed("sdpa", r.type), dims);
 }
 
@@ -97,8 +86,8 @@ KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
 KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::FlashDecodeArgs>();
   LaunchDims dims;
-  dims.grid.x = extent(a.chunks, r.op);
-  dims.grid.y = extent(a.n_kv_head, r.op);
+  dims.grid.x = grid_extent(a.chunks, r.op);
+  dims.grid.y = grid_extent(a.n_kv_head, r.op);
   KernelChoice choice = named(b, typed("flash_decode", r.type), dims);
   choice.needs_merge = true;
   return choice;
@@ -107,17 +96,17 @@ KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
 KernelChoice flash_decode_merge(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::FlashDecodeArgs>();
   LaunchDims dims;
-  dims.grid.x = extent(a.n_head, r.op);
+  dims.grid.x = grid_extent(a.n_head, r.op);
   return named(b, "flash_decode_merge", dims);
 }
 
 LaunchDims product_dims(bool mv, int64_t m, int64_t n, std::string_view op) {
   LaunchDims dims;
   if (mv) {
-    dims.grid.x = blocks(n, kCpuMvRowsPerBlock, op);
+    dims.grid.x = grid_blocks(n, kCpuMvRowsPerBlock, op);
   } else {
-    dims.grid.x = blocks(n, kCpuMmRowsPerBlock, op);
-    dims.grid.y = blocks(m, kCpuMmColsPerBlock, op);
+    dims.grid.x = grid_blocks(n, kCpuMmRowsPerBlock, op);
+    dims.grid.y = grid_blocks(m, kCpuMmColsPerBlock, op);
   }
   return dims;
 }
@@ -137,9 +126,9 @@ KernelChoice matmul_affine(const Backend& b, const KernelRequest& r) {
 KernelChoice matmul_id(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
   LaunchDims dims;
-  dims.grid.x = blocks(a.n, kCpuMvRowsPerBlock, r.op);
-  dims.grid.y = extent(a.slots, r.op);
-  dims.grid.z = extent(a.tokens, r.op);
+  dims.grid.x = grid_blocks(a.n, kCpuMvRowsPerBlock, r.op);
+  dims.grid.y = grid_extent(a.slots, r.op);
+  dims.grid.z = grid_extent(a.tokens, r.op);
   return named(b, typed("mv_id", r.type) + "_f32", dims);
 }
 
@@ -149,8 +138,8 @@ KernelChoice matmul_id_group(const Backend& b, const KernelRequest&) { return na
 KernelChoice matmul_id_grouped(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
   LaunchDims dims;
-  dims.grid.x = blocks(a.n, kCpuMmRowsPerBlock, r.op);
-  dims.grid.y = extent(a.n_experts + 1, r.op);
+  dims.grid.x = grid_blocks(a.n, kCpuMmRowsPerBlock, r.op);
+  dims.grid.y = grid_extent(a.n_experts + 1, r.op);
   return named(b, typed("mm_id", r.type) + "_f32", dims);
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "../kernel_names.h"
 #include "launch.h"
 #include "matmul/select.h"
 #include "onepass/core/error.h"
@@ -15,11 +16,6 @@
 
 namespace onepass::cuda {
 namespace {
-
-uint32_t extent(int64_t count, std::string_view op) {
-  check(count <= 0x7fffffff, op, "too many rows: ", count);
-  return static_cast<uint32_t>(std::max<int64_t>(count, 1));
-}
 
 KernelChoice named(const Backend& b, const std::string& name, LaunchDims dims, uint32_t early = 0) {
   return KernelChoice{&b.registry().get(name), dims, early};
@@ -42,7 +38,7 @@ LaunchDims elementwise_dims(int64_t elements) {
 // number of warps.
 LaunchDims row_dims(int64_t rows, int64_t cols, std::string_view op) {
   LaunchDims dims;
-  dims.grid.x = extent(rows, op);
+  dims.grid.x = grid_extent(rows, op);
   int64_t threads = std::clamp<int64_t>((cols + 3) / 4, 32, 1024);
   threads = (threads + 31) / 32 * 32;
   dims.block.x = static_cast<uint32_t>(threads);
@@ -84,7 +80,7 @@ KernelChoice kv_write(const Backend& b, const KernelRequest& r) {
 KernelChoice rope_kv_write(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::RopeKvArgs>();
   LaunchDims dims;
-  dims.grid.x = extent(a.tokens, r.op);
+  dims.grid.x = grid_extent(a.tokens, r.op);
   dims.grid.y = static_cast<uint32_t>(a.n_head + 2 * a.n_kv_head);
   dims.block.x = static_cast<uint32_t>(std::clamp<int64_t>((a.head_dim / 2 + 31) / 32 * 32, 32, 256));
   const uint32_t early = a.cos_sin_in != nullptr ? ops::kRopeKvLoadedAngles | ops::kRopeKvPositions : 0u;
@@ -93,7 +89,7 @@ KernelChoice rope_kv_write(const Backend& b, const KernelRequest& r) {
 
 KernelChoice embedding(const Backend& b, const KernelRequest& r) {
   LaunchDims dims;
-  dims.grid.x = extent(r.rows, r.op);
+  dims.grid.x = grid_extent(r.rows, r.op);
   dims.block.x = 256;
   return named(b, cat("embedding_", dtype_name(r.type), "_", dtype_name(r.type2)), dims);
 }
@@ -132,8 +128,8 @@ KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
     dims.shared_bytes = kernel.max_shared_bytes;
     return KernelChoice{&kernel, dims};
   }
-  dims.grid.x = extent(a.n_head, r.op);
-  dims.grid.y = extent(a.tokens, r.op);
+  dims.grid.x = grid_extent(a.n_head, r.op);
+  dims.grid.y = grid_extent(a.tokens, r.op);
   dims.block.x = kCudaAttentionThreads;
   return named(b, typed("sdpa", r.type), dims);
 }

@@ -111,17 +111,6 @@ LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int s
 
 namespace {
 
-uint32_t blocks(int64_t count, int64_t per_block, std::string_view op) {
-  const int64_t b = std::max<int64_t>(1, (count + per_block - 1) / per_block);
-  check(b <= 0x7fffffff, op, "launch of ", b, " blocks in one dimension is too large");
-  return static_cast<uint32_t>(b);
-}
-
-uint32_t extent(int64_t count, std::string_view op) {
-  check(count <= 0x7fffffff, op, "too many rows: ", count);
-  return static_cast<uint32_t>(std::max<int64_t>(count, 1));
-}
-
 // The product kernel for `a` with `weight_rows` rows of w (the fused gate/up product
 // computes a.n outputs from twice as many rows).
 struct Product {
@@ -167,8 +156,8 @@ Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int6
   const std::string mm = cat("mm_", type, "_f32");
   if (w != DType::f32) return {mm, cuda_mm_tc_dims(m, n, registry.get(mm).max_shared_bytes), false};
   LaunchDims dims;
-  dims.grid.x = blocks(n, kCudaMmTile, "matmul");
-  dims.grid.y = blocks(m, kCudaMmTile, "matmul");
+  dims.grid.x = grid_blocks(n, kCudaMmTile, "matmul");
+  dims.grid.y = grid_blocks(m, kCudaMmTile, "matmul");
   dims.block.x = 256;
   return {mm, dims, false};
 }
@@ -202,11 +191,11 @@ KernelChoice matmul_affine(const Backend& b, const KernelRequest& r) {
   const bool mv = r.rows <= ops::kMatmulMvMaxRows;
   LaunchDims dims;
   if (mv) {
-    dims.grid.x = blocks(r.cols, kCudaMvRowsPerBlock, r.op);
+    dims.grid.x = grid_blocks(r.cols, kCudaMvRowsPerBlock, r.op);
     dims.block.x = 128;
   } else {
-    dims.grid.x = blocks(r.cols, kCudaMmTile, r.op);
-    dims.grid.y = blocks(r.rows, kCudaMmTile, r.op);
+    dims.grid.x = grid_blocks(r.cols, kCudaMmTile, r.op);
+    dims.grid.y = grid_blocks(r.rows, kCudaMmTile, r.op);
     dims.block.x = 256;
   }
   return KernelChoice{&b.registry().get(affine_kernel_name(mv, a.bits, a.group_size, r.type)), dims};
@@ -215,9 +204,9 @@ KernelChoice matmul_affine(const Backend& b, const KernelRequest& r) {
 KernelChoice matmul_id(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
   LaunchDims dims;
-  dims.grid.x = blocks(a.n, kCudaMvRowsPerBlock, r.op);
-  dims.grid.y = extent(a.slots, r.op);
-  dims.grid.z = extent(a.tokens, r.op);
+  dims.grid.x = grid_blocks(a.n, kCudaMvRowsPerBlock, r.op);
+  dims.grid.y = grid_extent(a.slots, r.op);
+  dims.grid.z = grid_extent(a.tokens, r.op);
   dims.block.x = 128;
   return KernelChoice{&b.registry().get(cat("mv_id_", dtype_name(r.type), "_f32")), dims};
 }
@@ -231,8 +220,8 @@ KernelChoice matmul_id_group(const Backend& b, const KernelRequest&) {
 KernelChoice matmul_id_grouped(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
   LaunchDims dims;
-  dims.grid.x = blocks(a.n, kCudaMmTile, r.op);
-  dims.grid.y = extent(a.n_experts + 1, r.op);
+  dims.grid.x = grid_blocks(a.n, kCudaMmTile, r.op);
+  dims.grid.y = grid_extent(a.n_experts + 1, r.op);
   dims.block.x = 256;
   return KernelChoice{&b.registry().get(cat("mm_id_", dtype_name(r.type), "_f32")), dims};
 }
