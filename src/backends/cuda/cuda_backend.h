@@ -103,4 +103,7 @@ class CudaBackend final : public Backend {
 /// Registers every CUDA kernel family (list in cuda_kernels.cu).
 void register_cuda_kernels(KernelRegistry& registry);
 
+/// A new submission on `backend` (cuda_submission.cpp).
+std::unique_ptr<Submission> make_cuda_submission(CudaBackend& backend, SubmitMode mode, std::string label);
+
 }  // namespace onepass::cuda
