@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/mlx_config_json.h"
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
 #include "onepass/model/mlx_model.h"
@@ -115,7 +116,7 @@ std::string hf_name(std::string_view gguf) {
 class MlxSource final : public ModelSource {
  public:
   explicit MlxSource(MlxModel model) : model_(std::move(model)) {
-    const nlohmann::json& j = model_.config();
+    const nlohmann::json& j = model_.config().json;
     const std::string where = "mlx";
     auto get_int = [&](const char* key) -> int64_t {
       check(j.contains(key) && j[key].is_number_integer(), where, model_.dir().string(), "/config.json: missing integer '",

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/mlx_config_json.h"
 #include "onepass/core/error.h"
 
 namespace onepass {
@@ -69,12 +70,13 @@ void MlxModel::load_config() {
   const std::filesystem::path path = dir_ / "config.json";
   check(std::filesystem::exists(path), kWhere, "'", dir_.string(),
         "' has no config.json (not an mlx-lm model directory?)");
-  config_ = read_json(path);
-  check(config_.is_object(), kWhere, path.string(), " is a ", config_.type_name(),
+  config_ = std::make_shared<MlxConfigJson>(MlxConfigJson{read_json(path)});
+  const nlohmann::json& config = config_->json;
+  check(config.is_object(), kWhere, path.string(), " is a ", config.type_name(),
         ", expected an object");
   for (const char* key : {"quantization", "quantization_config"}) {
-    const auto it = config_.find(key);
-    if (it == config_.end()) continue;
+    const auto it = config.find(key);
+    if (it == config.end()) continue;
     quantization_ = parse_format(*it, cat(path.string(), ": ", key));
     if (quantization_) break;
   }
@@ -149,7 +151,7 @@ void MlxModel::open_shards() {
 void MlxModel::check_quantized() {
   const nlohmann::json* layer_config = nullptr;
   for (const char* key : {"quantization", "quantization_config"}) {
-    if (const auto it = config_.find(key); it != config_.end() && it->is_object()) {
+    if (const auto it = config_->json.find(key); it != config_->json.end() && it->is_object()) {
       layer_config = &*it;
       break;
     }
@@ -207,6 +209,8 @@ void MlxModel::check_quantized() {
     quantization_->scale_type = quantized_.begin()->second.format.scale_type;
   }
 }
+
+std::string MlxModel::config_text(int indent) const { return config_->json.dump(indent); }
 
 const TensorInfo* MlxModel::find(std::string_view name) const {
   const auto it = index_.find(name);

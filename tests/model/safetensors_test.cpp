@@ -307,7 +307,7 @@ std::vector<StTensor> write_sharded_model(const fs::path& dir) {
 TEST_F(SafetensorsTest, MlxShardedQuantizedModel) {
   const std::vector<StTensor> written = write_sharded_model(dir_);
   const MlxModel model = MlxModel::open(dir_);
-  EXPECT_EQ(model.config().at("model_type"), "llama");
+  EXPECT_EQ(json::parse(model.config_text()).at("model_type"), "llama");
   ASSERT_TRUE(model.quantization().has_value());
   EXPECT_EQ(model.quantization()->bits, 4u);
   EXPECT_EQ(model.quantization()->group_size, 64u);

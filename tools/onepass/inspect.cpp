@@ -96,7 +96,7 @@ void inspect_mlx(const std::filesystem::path& dir, const InspectArgs& args) {
     std::printf("quantization: affine %u-bit, group %u, scales %s\n", q->bits, q->group_size,
                 std::string(dtype_name(q->scale_type)).c_str());
   }
-  std::printf("\nconfig.json:\n%s\n", model.config().dump(2).c_str());
+  std::printf("\nconfig.json:\n%s\n", model.config_text(2).c_str());
 
   // A quantised module's scales and biases are part of its storage, not parameters.
   auto companion_of_quantized = [&](const std::string& name) {

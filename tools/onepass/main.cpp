@@ -7,13 +7,16 @@
 
 #include "common.h"
 #include "onepass/core/error.h"
+#include "onepass/version.h"
 
 int main(int argc, char** argv) {
   using namespace onepass::cli;
   CLI::App app("onepass: a GPU compute runtime for LLM inference (CUDA and CPU backends)",
                "onepass");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "onepass 0.1.0");
+  app.set_version_flag("--version",
+                       onepass::cat("onepass ", onepass::kVersion, " (commit ", onepass::kGitCommit,
+                                    ", backends: ", onepass::kBackends, ")"));
   std::vector<Command> commands;
   commands.push_back(add_generate_command(app));
   commands.push_back(add_bench_command(app));

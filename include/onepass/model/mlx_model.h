@@ -4,18 +4,21 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "onepass/core/dtype.h"
 #include "onepass/model/mapped_file.h"
 #include "onepass/model/safetensors.h"
 
 namespace onepass {
+
+/// config.json as parsed. Complete only inside the library (src/model/mlx_config_json.h),
+/// so no JSON library reaches the public headers; config_text() gives its text.
+struct MlxConfigJson;
 
 /// An MLX affine-quantised weight: `<name>.weight` (u32, values packed low bits first),
 /// `<name>.scales` and `<name>.biases` (f16 or bf16, one per group of `format.group_size`).
@@ -39,8 +42,10 @@ class MlxModel {
   MlxModel& operator=(MlxModel&&) noexcept = default;
 
   const std::filesystem::path& dir() const { return dir_; }
-  /// config.json as parsed.
-  const nlohmann::json& config() const { return config_; }
+  /// config.json as parsed (opaque outside the library).
+  const MlxConfigJson& config() const { return *config_; }
+  /// config.json written out again; `indent` < 0 gives one line.
+  std::string config_text(int indent = -1) const;
   /// The model-wide quantisation of config.json; nullopt for an unquantised model. Its
   /// scale_type is that of the first quantised weight's scales (f16 when there is none).
   std::optional<AffineFormat> quantization() const { return quantization_; }
@@ -66,7 +71,7 @@ class MlxModel {
   const MlxQuantizedWeight* find_quantized(std::string_view name) const;
 
   std::filesystem::path dir_;
-  nlohmann::json config_;
+  std::shared_ptr<const MlxConfigJson> config_;  // never null once opened
   std::optional<AffineFormat> quantization_;
   std::vector<SafetensorsFile> files_;
   std::vector<TensorInfo> tensors_;
