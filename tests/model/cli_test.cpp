@@ -2,6 +2,7 @@
 // bench --json, and one-line errors on bad input. The binary is looked up next to this test
 // binary (both are built into <build>/bin/); the tests skip when it was not built.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,10 +60,12 @@ class CliTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_, ignored);
   }
 
-  // Runs the tool with `args`, capturing stdout and stderr separately.
-  ToolRun run(const std::vector<std::string>& args) const {
+  // Runs the tool with `args`, capturing stdout and stderr separately; killed after
+  // `timeout_s` seconds (exit status 124) when given.
+  ToolRun run(const std::vector<std::string>& args, int timeout_s = 0) const {
     const fs::path err_file = dir_ / "stderr.txt";
     std::string command = quote(tool_.string());
+    if (timeout_s > 0) command = cat("timeout -s KILL ", timeout_s, " ", command);
     for (const std::string& a : args) command += " " + quote(a);
     command += " 2>" + quote(err_file.string());
     ToolRun r;
@@ -283,6 +286,16 @@ TEST_F(CliTest, BadInputIsOneErrorLine) {
                         "bench --batch 0");
   EXPECT_FALSE(fs::exists(dir_ / "x.gguf"));
   EXPECT_FALSE(fs::exists(dir_ / "y.gguf"));
+}
+
+// Dimensions past the configuration bounds are refused before any size is computed.
+TEST_F(CliTest, MakeModelDryRunRejectsHugeDimensions) {
+  const ToolRun r = run({"make-model", "--hidden", "4294967296", "--ffn", "4294967296", "--layers",
+                         "4294967296", "--heads", "1", "--vocab", "4294967296", "--dry-run"});
+  EXPECT_EQ(r.status, 1);
+  expect_one_error_line(r, "huge dimensions");
+  EXPECT_NE(r.err.find("expected 1..16777216"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 }  // namespace

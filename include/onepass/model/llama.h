@@ -125,6 +125,7 @@ class LlamaModel {
   std::shared_ptr<Backend> backend_;
   LoadOptions options_;
   LlamaConfig config_;
+  std::string source_name_;  // the model file, for errors
   GraphExecutor executor_;
   TensorView token_embd_;
   Linear output_;
