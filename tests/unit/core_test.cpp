@@ -145,6 +145,15 @@ TEST(TensorView, ShapesStridesAndRanges) {
   EXPECT_EQ(q.row_bytes(), 36u);
 }
 
+TEST(Shape, ElementCountsThatOverflowAreAnError) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ((Shape{big, big / 4}).numel(), int64_t{1} << 62);
+  EXPECT_THROW((Shape{big, big}).numel(), Error);
+  EXPECT_THROW((Shape{big, big, 2}).rows(), Error);
+  EXPECT_THROW((Shape{3, INT64_MAX}).numel(), Error);
+  EXPECT_EQ((Shape{0, INT64_MAX}).numel(), 0);
+}
+
 TEST(ThreadPool, RunsEveryIndexOnceAndPropagatesErrors) {
   ThreadPool pool(4);
   std::vector<std::atomic<int>> hits(1000);
