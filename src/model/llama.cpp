@@ -517,7 +517,19 @@ std::span<const float> LlamaModel::prefill(std::span<const int32_t> tokens) {
     done += n;
   }
   buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
+  check_logits();
   return logits_;
+}
+
+void LlamaModel::check_logits() const {
+  // NaN logits would make every argmax token 0 and every sample meaningless.
+  for (size_t i = 0; i < logits_.size(); ++i) {
+    const float v = logits_[i];
+    if (std::isfinite(v)) continue;
+    fail("model", source_name_, ": the logits after position ", position_ - 1, " hold ",
+         std::isnan(v) ? "NaN" : "Inf", " (token ", i,
+         "); the weights likely contain NaN or Inf values, expected finite logits");
+  }
 }
 
 CapturedGraph& LlamaModel::prefill_graph(int64_t n) {
@@ -569,6 +581,7 @@ void LlamaModel::launch_decode(int32_t token) {
 std::span<const float> LlamaModel::decode(int32_t token) {
   run_decode(token);
   buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
+  check_logits();
   return logits_;
 }
 

@@ -327,5 +327,16 @@ TEST_F(HostileInputTest, GgufRopeFactorMustBeFinite) {
   EXPECT_NE(gguf_error(g).find("llama.rope.scaling.factor is 0"), std::string::npos);
 }
 
+TEST_F(HostileInputTest, NanWeightsAreReportedNotDecodedAsTokenZero) {
+  for (const char* tensor : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "output_norm.weight"}) {
+    SCOPED_TRACE(tensor);
+    TinyGguf g;
+    g.nan_tensor = tensor;
+    const std::string message = gguf_error(g);
+    EXPECT_NE(message.find("the logits after position 2 hold NaN"), std::string::npos) << message;
+    EXPECT_NE(message.find("the weights likely contain NaN or Inf values"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace onepass
