@@ -101,7 +101,14 @@ class GgufSource final : public ModelSource {
   }
   std::optional<TokenizerData> tokenizer_data() const override {
     if (!file_.has("tokenizer.ggml.model")) return std::nullopt;
-    return tokenizer_data_from_gguf(file_);
+    TokenizerData d = tokenizer_data_from_gguf(file_);
+    // As llama.cpp: one token per embedding row. More tokens would name rows that do not
+    // exist; fewer would let the model produce ids the vocabulary cannot print.
+    check(static_cast<int64_t>(d.tokens.size()) == config_.vocab_size, "gguf", file_.source(),
+          ": the vocabulary (tokenizer.ggml.tokens) has ", d.tokens.size(),
+          " tokens, but the model has ", config_.vocab_size,
+          " embedding rows; expected one token per row");
+    return d;
   }
   std::string describe() const override { return file_.source(); }
 

@@ -327,6 +327,17 @@ TEST_F(HostileInputTest, GgufRopeFactorMustBeFinite) {
   EXPECT_NE(gguf_error(g).find("llama.rope.scaling.factor is 0"), std::string::npos);
 }
 
+TEST_F(HostileInputTest, VocabularyMustMatchTheEmbeddingRows) {
+  TinyGguf small;
+  small.tokens = 100;
+  EXPECT_NE(gguf_error(small).find("has 100 tokens, but the model has 256 embedding rows"),
+            std::string::npos);
+  TinyGguf large;
+  large.tokens = 300;
+  EXPECT_NE(gguf_error(large).find("has 300 tokens, but the model has 256 embedding rows"),
+            std::string::npos);
+}
+
 TEST_F(HostileInputTest, NanWeightsAreReportedNotDecodedAsTokenZero) {
   for (const char* tensor : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "output_norm.weight"}) {
     SCOPED_TRACE(tensor);
