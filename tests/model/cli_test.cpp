@@ -298,5 +298,19 @@ TEST_F(CliTest, MakeModelDryRunRejectsHugeDimensions) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
+// A FIFO given as the model: refused at once instead of blocking in open().
+TEST_F(CliTest, SpecialFilesAreRefused) {
+  const fs::path fifo = dir_ / "fifo.gguf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"generate", "-m", fifo.string()}, {"inspect", fifo.string()},
+        {"bench", "-m", fifo.string()}}) {
+    const ToolRun r = run(args, 60);
+    EXPECT_EQ(r.status, 1) << args[0] << " (124 or -1: it blocked)";
+    expect_one_error_line(r, args[0]);
+    EXPECT_NE(r.err.find("is a FIFO, expected a regular file"), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace onepass

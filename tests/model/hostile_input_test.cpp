@@ -349,5 +349,33 @@ TEST_F(HostileInputTest, NanWeightsAreReportedNotDecodedAsTokenZero) {
   }
 }
 
+// Opening a FIFO for reading blocks until a writer comes: the check runs before open. If it
+// ever does not, the writer end opened here releases the reader and the test fails.
+TEST_F(HostileInputTest, SpecialFilesAreRefusedBeforeOpening) {
+  const fs::path fifo = path("model.gguf");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto attempt = std::async(std::launch::async, [&] { return error_of([&] { model::open_model(fifo); }); });
+  if (attempt.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "opening a FIFO blocked";
+  }
+  EXPECT_NE(attempt.get().find("is a FIFO, expected a regular file"), std::string::npos);
+  EXPECT_ERROR(MappedFile{"/dev/null"}, "'/dev/null' is a character device, expected a regular file");
+
+  // A FIFO as an MLX directory's config.json.
+  const fs::path dir = path("mlx");
+  write_mlx(dir, mlx_config(), {{"model.norm.weight", {64}}});
+  fs::remove(dir / "config.json");
+  ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0600), 0);
+  auto config = std::async(std::launch::async, [&] { return error_of([&] { model::open_model(dir); }); });
+  if (config.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    const int fd = ::open((dir / "config.json").c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "opening a FIFO config.json blocked";
+  }
+  EXPECT_NE(config.get().find("config.json' is a FIFO"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace onepass
