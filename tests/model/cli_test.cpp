@@ -312,5 +312,53 @@ TEST_F(CliTest, SpecialFilesAreRefused) {
   }
 }
 
+// make-model -o replaces only a regular file (or creates one): never a FIFO, a directory, a
+// symbolic link or a device node.
+TEST_F(CliTest, MakeModelRefusesOutputsThatAreNotRegularFiles) {
+  auto make = [&](const fs::path& out) {
+    return run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "1", "--heads", "4",
+                "--vocab", "512", "--type", "f16", "-o", out.string()},
+               120);
+  };
+  const fs::path fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ToolRun r = make(fifo);
+  EXPECT_EQ(r.status, 1);
+  expect_one_error_line(r, "FIFO output");
+  EXPECT_NE(r.err.find("exists and is a FIFO"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_FALSE(fs::exists(dir_ / "fifo.partial"));
+
+  fs::create_directory(dir_ / "dir");
+  r = make(dir_ / "dir");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("exists and is a directory"), std::string::npos) << r.err;
+
+  {
+    std::ofstream target(dir_ / "target");
+    target << "keep";
+  }
+  fs::create_symlink(dir_ / "target", dir_ / "link");
+  r = make(dir_ / "link");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("exists and is a symbolic link"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link"));
+  EXPECT_EQ(fs::file_size(dir_ / "target"), 4u);
+
+  r = make("/dev/null");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("'/dev/null' exists and is a character device"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+
+  // A regular file is replaced.
+  {
+    std::ofstream old(dir_ / "old.gguf");
+    old << "old";
+  }
+  r = make(dir_ / "old.gguf");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_GT(fs::file_size(dir_ / "old.gguf"), 3u);
+}
+
 }  // namespace
 }  // namespace onepass

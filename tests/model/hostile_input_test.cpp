@@ -377,5 +377,37 @@ TEST_F(HostileInputTest, SpecialFilesAreRefusedBeforeOpening) {
   EXPECT_NE(config.get().find("config.json' is a FIFO"), std::string::npos);
 }
 
+TEST_F(HostileInputTest, WriterReplacesOnlyRegularFiles) {
+  auto write = [](const fs::path& out) {
+    GgufWriter w(out);
+    w.set_u32("x", 1);
+    w.finish();
+  };
+  // A regular file is replaced; nothing is left beside it.
+  write_text(path("old.gguf"), "old");
+  write(path("old.gguf"));
+  EXPECT_GT(fs::file_size(path("old.gguf")), 3u);
+  EXPECT_FALSE(fs::exists(path("old.gguf.partial")));
+
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  EXPECT_ERROR(write(path("fifo")), "output '" + path("fifo").string() + "' exists and is a FIFO");
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  fs::create_directory(path("dir"));
+  EXPECT_ERROR(write(path("dir")), "exists and is a directory");
+  EXPECT_TRUE(fs::is_directory(path("dir")));
+  // A symbolic link is refused, even to a regular file: the link and its target stay.
+  write_text(path("target"), "keep");
+  fs::create_symlink(path("target"), path("link"));
+  EXPECT_ERROR(write(path("link")), "exists and is a symbolic link");
+  EXPECT_TRUE(fs::is_symlink(path("link")));
+  EXPECT_EQ(fs::file_size(path("target")), 4u);
+  // A FIFO where the temporary file goes is refused too (never opened).
+  ASSERT_EQ(::mkfifo(path("t.gguf.partial").c_str(), 0600), 0);
+  EXPECT_ERROR(write(path("t.gguf")), "temporary file '" + path("t.gguf.partial").string() + "' exists and is a FIFO");
+  EXPECT_FALSE(fs::exists(path("t.gguf")));
+  // A device node is refused (as root, it used to be replaced).
+  EXPECT_ERROR(write("/dev/null"), "'/dev/null' exists and is a character device");
+}
+
 }  // namespace
 }  // namespace onepass
