@@ -288,6 +288,36 @@ TEST_F(CliTest, BadInputIsOneErrorLine) {
   EXPECT_FALSE(fs::exists(dir_ / "y.gguf"));
 }
 
+// Usage errors: one "[where] what" line and exit status 1 (CLI11's own exit codes are
+// 104-109); --help and --version still print and exit 0.
+TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
+  auto usage_error = [&](const std::vector<std::string>& args, const std::string& part) {
+    const ToolRun r = run(args);
+    SCOPED_TRACE(args.empty() ? std::string("(no arguments)") : args[0]);
+    EXPECT_EQ(r.status, 1) << r.err;
+    expect_one_error_line(r, part);
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, bench, ");
+  usage_error({"generat", "-p", "x"}, "[onepass] unknown command 'generat'; did you mean 'generate'?");
+  usage_error({"inspcet"}, "did you mean 'inspect'?");
+  usage_error({}, "[onepass] a command is required (generate, bench, profile, inspect, make-model)");
+  usage_error({"generate", "--frobnicate"}, "[generate] ");
+  usage_error({"generate", "-n"}, "[generate] ");
+  usage_error({"generate", "--top-k", "many"}, "[generate] ");
+  // Out-of-range integers are rejected, not wrapped or saturated.
+  usage_error({"generate", "-n", "99999999999999999999999"}, "value out of range");
+  usage_error({"generate", "--seed", "-1"}, "not a non-negative decimal whole number");
+  usage_error({"generate", "-n", "9223372036854775807"}, "[generate] -n/--tokens: value out of range");
+  usage_error({"make-model", "--hidden", "99999999999999999999", "--dry-run"}, "value out of range");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--help"}, {"generate", "--help"}, {"--version"}}) {
+    const ToolRun r = run(args);
+    EXPECT_EQ(r.status, 0) << args[0] << ": " << r.err;
+    EXPECT_FALSE(r.out.empty());
+  }
+}
+
 // Dimensions past the configuration bounds are refused before any size is computed.
 TEST_F(CliTest, MakeModelDryRunRejectsHugeDimensions) {
   const ToolRun r = run({"make-model", "--hidden", "4294967296", "--ffn", "4294967296", "--layers",
