@@ -390,5 +390,29 @@ TEST_F(CliTest, MakeModelRefusesOutputsThatAreNotRegularFiles) {
   EXPECT_GT(fs::file_size(dir_ / "old.gguf"), 3u);
 }
 
+// inspect prints what the file says with control characters escaped: a metadata key, a
+// string value or a tensor name cannot clear the screen or set the window title.
+TEST_F(CliTest, InspectEscapesControlCharacters) {
+  const fs::path file = dir_ / "escapes.gguf";
+  {
+    GgufWriter w(file);
+    w.set_string("general.architecture", "llama");
+    w.set_string("evil\x1b]0;owned\x07.key", "value \x1b[2J\xc2\x9b" "31m caf\xc3\xa9");
+    w.add_tensor("tensor\x1b[2J\r", DType::f32, Shape{2});
+    const float values[2] = {1, 2};
+    w.write_tensor("tensor\x1b[2J\r", values, 8);
+    w.finish();
+  }
+  const ToolRun r = run({"inspect", file.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\xc2\x9b"), std::string::npos) << r.out;  // C1 CSI in UTF-8
+  EXPECT_NE(r.out.find("evil\\x1b]0;owned\\x07.key"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensor\\x1b[2J\\x0d"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\\xc2\\x9b31m caf\xc3\xa9"), std::string::npos) << r.out;  // é is kept
+}
+
 }  // namespace
 }  // namespace onepass
