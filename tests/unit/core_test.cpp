@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "onepass/core/buffer_pool.h"
 #include "onepass/core/thread_pool.h"
 #include "support/testing.h"
@@ -176,6 +179,18 @@ TEST(Options, EnvironmentFillsDefaults) {
   EXPECT_FALSE(o.auto_barrier);
   EXPECT_EQ(o.cpu_schedule, CpuSchedule::sequential);
   EXPECT_EQ(o.cpu_threads, 3);
+  // Far more threads than the hardware runs: capped, with one warning line.
+  ::setenv("ONEPASS_THREADS", "4096", 1);
+  ::testing::internal::CaptureStderr();
+  o = Options::from_env();
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(o.cpu_threads, std::min(4096, ThreadPool::max_threads()));
+  if (ThreadPool::max_threads() < 4096) {
+    EXPECT_NE(warning.find("[options] ONEPASS_THREADS=4096 is more than 4 x the"), std::string::npos)
+        << warning;
+    EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1) << warning;
+  }
+  EXPECT_EQ(ThreadPool(100000).size(), ThreadPool::max_threads());
   ::setenv("ONEPASS_THREADS", "many", 1);
   EXPECT_THROW(Options::from_env(), Error);
   ::setenv("ONEPASS_AUTO_BARRIER", "maybe", 1);
