@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "onepass/core/error.h"
+#include "onepass/model/mapped_file.h"
 
 namespace onepass {
 namespace {
@@ -15,6 +16,7 @@ constexpr std::string_view kIndexName = "model.safetensors.index.json";
 constexpr std::string_view kSingleName = "model.safetensors";
 
 nlohmann::json read_json(const std::filesystem::path& path) {
+  require_regular_file(path, kWhere);
   std::ifstream in(path, std::ios::binary);
   check(in.good(), kWhere, "cannot read '", path.string(), "'");
   std::ostringstream text;
