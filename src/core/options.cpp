@@ -1,10 +1,12 @@
 #include "onepass/core/options.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
 #include "onepass/core/error.h"
+#include "onepass/core/thread_pool.h"
 
 namespace onepass {
 namespace {
@@ -49,6 +51,12 @@ Options Options::from_env() {
     check(end != threads && *end == '\0' && n >= 0 && n <= 4096, "options",
           "ONEPASS_THREADS='", threads, "' must be a thread count (0 = all)");
     o.cpu_threads = static_cast<int>(n);
+    if (o.cpu_threads > ThreadPool::max_threads()) {
+      std::fprintf(stderr, "[options] ONEPASS_THREADS=%d is more than %d x the %d hardware threads; using %d\n",
+                   o.cpu_threads, ThreadPool::kMaxThreadsPerHardwareThread, ThreadPool::hardware_threads(),
+                   ThreadPool::max_threads());
+      o.cpu_threads = ThreadPool::max_threads();
+    }
   }
   o.fuse = !env_flag("ONEPASS_NO_FUSE", !o.fuse);
   o.reorder = !env_flag("ONEPASS_NO_REORDER", !o.reorder);

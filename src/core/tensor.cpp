@@ -15,13 +15,21 @@ Shape::Shape(std::initializer_list<int64_t> dims) {
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < ndim_; ++i) n *= dims_[static_cast<size_t>(i)];
+  for (int i = 0; i < ndim_; ++i) {
+    if (__builtin_mul_overflow(n, dims_[static_cast<size_t>(i)], &n)) {
+      fail("Shape", str(), " has more elements than int64 holds");
+    }
+  }
   return n;
 }
 
 int64_t Shape::rows() const {
   int64_t n = 1;
-  for (int i = 0; i + 1 < ndim_; ++i) n *= dims_[static_cast<size_t>(i)];
+  for (int i = 0; i + 1 < ndim_; ++i) {
+    if (__builtin_mul_overflow(n, dims_[static_cast<size_t>(i)], &n)) {
+      fail("Shape", str(), " has more rows than int64 holds");
+    }
+  }
   return n;
 }
 

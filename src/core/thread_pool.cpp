@@ -4,9 +4,12 @@
 
 namespace onepass {
 
+int ThreadPool::hardware_threads() {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int threads) {
-  int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  n = std::max(n, 1);
+  const int n = threads > 0 ? std::min(threads, max_threads()) : hardware_threads();
   workers_.reserve(static_cast<size_t>(n - 1));
   for (int i = 0; i + 1 < n; ++i) workers_.emplace_back([this] { worker_loop(); });
 }

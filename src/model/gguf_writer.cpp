@@ -1,5 +1,9 @@
 // GGUF v3 writer: header and metadata first, then tensor data streamed in declaration
 // order, each tensor padded to the alignment (as llama.cpp and gguf-py write them).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -8,6 +12,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/model/gguf.h"
+#include "onepass/model/mapped_file.h"
 
 namespace onepass {
 namespace {
@@ -25,6 +30,21 @@ void append(std::string& out, T value) {
   char bytes[sizeof(T)];
   std::memcpy(bytes, &value, sizeof(T));
   out.append(bytes, sizeof(T));
+}
+
+// Refuses an output path that exists and is not a regular file: renaming over a FIFO, a
+// device node or a symbolic link would replace it (the link itself, not its target).
+void check_replaceable(const std::filesystem::path& path, std::string_view role) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    const int err = errno;
+    check(err == ENOENT, kWhere, "cannot examine ", role, " '", path.string(), "': ",
+          std::strerror(err));
+    return;
+  }
+  check(S_ISREG(info.st_mode), kWhere, role, " '", path.string(), "' exists and is ",
+        file_kind(info.st_mode),
+        "; expected a regular file or nothing (only a regular file is replaced)");
 }
 
 void append_string(std::string& out, std::string_view text) {
@@ -139,9 +159,23 @@ GgufWriter::GgufWriter(std::filesystem::path path, uint32_t alignment)
         " is not a power of two");
   partial_path_ = path_;
   partial_path_ += ".partial";
-  out_ = std::fopen(partial_path_.c_str(), "wb");
+  check_replaceable(path_, "output");
+  // The temporary file sits beside the output (so the rename stays on one file system); a
+  // regular one left by an interrupted run is replaced, anything else refused.
+  check_replaceable(partial_path_, "temporary file");
+  std::error_code ignored;
+  std::filesystem::remove(partial_path_, ignored);
+  // O_EXCL: never opens an existing file, FIFO or link target.
+  const int fd = ::open(partial_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    fail(kWhere, "cannot create '", partial_path_.string(), "': ", std::strerror(err));
+  }
+  out_ = ::fdopen(fd, "wb");
   if (out_ == nullptr) {
     const int err = errno;
+    ::close(fd);
+    std::filesystem::remove(partial_path_, ignored);
     fail(kWhere, "cannot create '", partial_path_.string(), "': ", std::strerror(err));
   }
   // Large writes go straight through; the buffer only gathers the many small header fields.
@@ -325,6 +359,8 @@ void GgufWriter::finish() {
     const int err = errno;
     fail(kWhere, "closing '", partial_path_.string(), "' failed: ", std::strerror(err));
   }
+  // The output may have been replaced while the data was written.
+  check_replaceable(path_, "output");
   std::error_code error;
   std::filesystem::rename(partial_path_, path_, error);
   check(!error, kWhere, "renaming '", partial_path_.string(), "' to '", path_.string(),

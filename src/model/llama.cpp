@@ -21,6 +21,45 @@ size_t tensor_bytes(DType type, int64_t rows, int64_t cols) {
   return static_cast<size_t>(rows) * dtype_bytes(type, cols);
 }
 
+// A tensor's shape as the model sees it: an MLX affine weight's packed u32 columns
+// expanded to its input features.
+Shape logical_shape(const HostTensor& t) {
+  if (!t.affine || t.shape.ndim() != 2) return t.shape;
+  return Shape{t.shape[0], t.shape[1] * (32 / static_cast<int64_t>(t.affine->bits))};
+}
+
+// Every tensor the configuration implies exists with the shape it implies, checked before
+// anything is allocated: a file whose rows are shifted between Q and K (or gate and up),
+// or with fewer blocks than its configuration, fails here naming the tensor.
+void check_tensors(const ModelSource& source, const LlamaConfig& c) {
+  auto expect = [&](const std::string& name, Shape expected, const char* meaning) {
+    const HostTensor t = source.require(name);
+    const Shape actual = logical_shape(t);
+    check(actual == expected, "model", source.describe(), ": tensor '", name, "' has shape ",
+          actual.str(), ", expected ", expected.str(), " ", meaning);
+  };
+  expect("token_embd.weight", Shape{c.vocab_size, c.hidden}, "[vocab, hidden]");
+  expect("output_norm.weight", Shape{c.hidden}, "[hidden]");
+  if (source.find("output.weight")) expect("output.weight", Shape{c.vocab_size, c.hidden}, "[vocab, hidden]");
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = cat("blk.", l, ".");
+    expect(p + "attn_norm.weight", Shape{c.hidden}, "[hidden]");
+    expect(p + "ffn_norm.weight", Shape{c.hidden}, "[hidden]");
+    expect(p + "attn_q.weight", Shape{c.q_dim(), c.hidden}, "[heads x head_dim, hidden]");
+    expect(p + "attn_k.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
+    expect(p + "attn_v.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
+    expect(p + "attn_output.weight", Shape{c.hidden, c.q_dim()}, "[hidden, heads x head_dim]");
+    expect(p + "ffn_gate.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
+    expect(p + "ffn_up.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
+    expect(p + "ffn_down.weight", Shape{c.hidden, c.ffn}, "[hidden, ffn]");
+    if (c.qkv_bias) {
+      expect(p + "attn_q.bias", Shape{c.q_dim()}, "[heads x head_dim]");
+      expect(p + "attn_k.bias", Shape{c.kv_dim()}, "[kv_heads x head_dim]");
+      expect(p + "attn_v.bias", Shape{c.kv_dim()}, "[kv_heads x head_dim]");
+    }
+  }
+}
+
 }  // namespace
 
 Linear Linear::rows(int64_t first, int64_t count) const {
@@ -69,8 +108,12 @@ struct LlamaModel::Buffers {
 };
 
 LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& source, const LoadOptions& options)
-    : backend_(std::move(backend)), options_(options), config_(source.config()), executor_(backend_) {
-  config_.validate();
+    : backend_(std::move(backend)),
+      options_(options),
+      config_(source.config()),
+      source_name_(source.describe()),
+      executor_(backend_) {
+  config_.validate(source_name_);
   check(options_.context > 0, "model", "context must be positive, got ", options_.context);
   check(options_.max_batch > 0, "model", "max batch must be positive, got ", options_.max_batch);
   check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
@@ -98,6 +141,7 @@ LlamaModel::~LlamaModel() = default;
 void LlamaModel::load_weights(const ModelSource& source) {
   const LlamaConfig& c = config_;
   Backend& b = *backend_;
+  check_tensors(source, c);
   // Progress by bytes uploaded.
   size_t total = 0;
   auto count = [&](std::string_view name) {
@@ -473,7 +517,19 @@ std::span<const float> LlamaModel::prefill(std::span<const int32_t> tokens) {
     done += n;
   }
   buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
+  check_logits();
   return logits_;
+}
+
+void LlamaModel::check_logits() const {
+  // NaN logits would make every argmax token 0 and every sample meaningless.
+  for (size_t i = 0; i < logits_.size(); ++i) {
+    const float v = logits_[i];
+    if (std::isfinite(v)) continue;
+    fail("model", source_name_, ": the logits after position ", position_ - 1, " hold ",
+         std::isnan(v) ? "NaN" : "Inf", " (token ", i,
+         "); the weights likely contain NaN or Inf values, expected finite logits");
+  }
 }
 
 CapturedGraph& LlamaModel::prefill_graph(int64_t n) {
@@ -525,6 +581,7 @@ void LlamaModel::launch_decode(int32_t token) {
 std::span<const float> LlamaModel::decode(int32_t token) {
   run_decode(token);
   buffers_->logits.view.read(logits_.data(), logits_.size() * 4);
+  check_logits();
   return logits_;
 }
 

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,38 @@ std::vector<float> llama3_rope_factors(int64_t rope_dims, float theta, float fac
   return out;
 }
 
+struct Llama3Scaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  float original_context = 8192.0f;
+};
+
+// The block index of a per-layer tensor name ("blk.12.attn_q.weight" with prefix "blk."),
+// or nullopt for other names.
+std::optional<int64_t> block_of(std::string_view name, std::string_view prefix) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  name.remove_prefix(prefix.size());
+  int64_t block = 0;
+  size_t digits = 0;
+  while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9' && digits < 12) {
+    block = block * 10 + (name[digits] - '0');
+    ++digits;
+  }
+  if (digits == 0 || digits == name.size() || name[digits] != '.') return std::nullopt;
+  return block;
+}
+
+// A file of more blocks than its configuration says would load as a shorter model.
+void check_no_extra_blocks(const std::string& name, std::string_view prefix, int64_t layers,
+                           std::string_view where, const std::string& source,
+                           std::string_view key) {
+  const std::optional<int64_t> block = block_of(name, prefix);
+  check(!block || *block < layers, where, source, ": tensor '", name, "' belongs to block ",
+        block.value_or(0), ", but ", key, " is ", layers, " (expected blocks 0..", layers - 1,
+        ")");
+}
+
 // ---- GGUF --------------------------------------------------------------------------------
 
 class GgufSource final : public ModelSource {
@@ -68,7 +102,14 @@ class GgufSource final : public ModelSource {
   }
   std::optional<TokenizerData> tokenizer_data() const override {
     if (!file_.has("tokenizer.ggml.model")) return std::nullopt;
-    return tokenizer_data_from_gguf(file_);
+    TokenizerData d = tokenizer_data_from_gguf(file_);
+    // As llama.cpp: one token per embedding row. More tokens would name rows that do not
+    // exist; fewer would let the model produce ids the vocabulary cannot print.
+    check(static_cast<int64_t>(d.tokens.size()) == config_.vocab_size, "gguf", file_.source(),
+          ": the vocabulary (tokenizer.ggml.tokens) has ", d.tokens.size(),
+          " tokens, but the model has ", config_.vocab_size,
+          " embedding rows; expected one token per row");
+    return d;
   }
   std::string describe() const override { return file_.source(); }
 
@@ -118,48 +159,111 @@ class MlxSource final : public ModelSource {
   explicit MlxSource(MlxModel model) : model_(std::move(model)) {
     const nlohmann::json& j = model_.config().json;
     const std::string where = "mlx";
-    auto get_int = [&](const char* key) -> int64_t {
-      check(j.contains(key) && j[key].is_number_integer(), where, model_.dir().string(), "/config.json: missing integer '",
-            key, "'");
-      return j[key].get<int64_t>();
+    const std::string file = (model_.dir() / "config.json").string();
+    // Typed reads that name the key and the file instead of nlohmann's bare message.
+    auto shown = [](const nlohmann::json& v) {
+      std::string text = v.dump();
+      return text.size() > 40 ? text.substr(0, 40) + "..." : text;
     };
-    const std::string type = j.value("model_type", std::string("llama"));
+    auto integer = [&](const nlohmann::json& obj, const char* key,
+                       std::optional<int64_t> fallback) -> int64_t {
+      const auto it = obj.find(key);
+      if (it == obj.end() || it->is_null()) {
+        check(fallback.has_value(), where, file, ": missing integer '", key, "'");
+        return *fallback;
+      }
+      check(it->is_number_integer(), where, file, ": '", key, "' is ", shown(*it),
+            ", expected an integer");
+      check(!it->is_number_unsigned() || it->get<uint64_t>() <= uint64_t{INT64_MAX}, where, file,
+            ": '", key, "' is ", shown(*it), ", out of range");
+      return it->get<int64_t>();
+    };
+    auto number = [&](const nlohmann::json& obj, const char* key, float fallback) -> float {
+      const auto it = obj.find(key);
+      if (it == obj.end() || it->is_null()) return fallback;
+      check(it->is_number(), where, file, ": '", key, "' is ", shown(*it), ", expected a number");
+      const double value = it->get<double>();
+      check(std::isfinite(value) && std::abs(value) <= 3.0e38, where, file, ": '", key, "' is ",
+            shown(*it), ", expected a finite number within the float range");
+      return static_cast<float>(value);
+    };
+    auto boolean = [&](const char* key, bool fallback) -> bool {
+      const auto it = j.find(key);
+      if (it == j.end() || it->is_null()) return fallback;
+      check(it->is_boolean(), where, file, ": '", key, "' is ", shown(*it),
+            ", expected true or false");
+      return it->get<bool>();
+    };
+    auto text = [&](const nlohmann::json& obj, const char* key, std::string fallback) {
+      const auto it = obj.find(key);
+      if (it == obj.end() || it->is_null()) return fallback;
+      check(it->is_string(), where, file, ": '", key, "' is ", shown(*it), ", expected a string");
+      return it->get<std::string>();
+    };
+    const std::string type = text(j, "model_type", "llama");
     check(type == "llama" || type == "mistral" || type == "qwen2", where, model_.dir().string(),
           ": model_type '", type, "' is not supported (llama, mistral, qwen2)");
     config_.architecture = type == "qwen2" ? "qwen2" : "llama";
-    config_.vocab_size = get_int("vocab_size");
-    config_.hidden = get_int("hidden_size");
-    config_.ffn = get_int("intermediate_size");
-    config_.layers = get_int("num_hidden_layers");
-    config_.heads = get_int("num_attention_heads");
-    config_.kv_heads = j.value("num_key_value_heads", config_.heads);
-    config_.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
-                                                                                    : config_.hidden / config_.heads;
+    config_.vocab_size = integer(j, "vocab_size", std::nullopt);
+    config_.hidden = integer(j, "hidden_size", std::nullopt);
+    config_.ffn = integer(j, "intermediate_size", std::nullopt);
+    config_.layers = integer(j, "num_hidden_layers", std::nullopt);
+    config_.heads = integer(j, "num_attention_heads", std::nullopt);
+    config_.kv_heads = integer(j, "num_key_value_heads", config_.heads);
+    const bool head_dim_given = j.contains("head_dim") && !j["head_dim"].is_null();
+    // Without head_dim, hidden = heads x head_dim; validate() rejects heads <= 0 first.
+    config_.head_dim = head_dim_given ? integer(j, "head_dim", std::nullopt)
+                       : config_.heads > 0 ? config_.hidden / config_.heads
+                                           : 0;
     config_.rope_dims = config_.head_dim;
-    config_.rope_theta = j.value("rope_theta", 10000.0f);
-    config_.norm_eps = j.value("rms_norm_eps", 1e-5f);
-    config_.train_context = j.value("max_position_embeddings", int64_t{4096});
+    config_.rope_theta = number(j, "rope_theta", 10000.0f);
+    config_.norm_eps = number(j, "rms_norm_eps", 1e-5f);
+    config_.train_context = integer(j, "max_position_embeddings", int64_t{4096});
     config_.rope_neox = true;  // Hugging Face layout: rotate_half
     config_.qkv_bias = type == "qwen2";
-    config_.tied_output = j.value("tie_word_embeddings", false) || model_.find("lm_head.weight") == nullptr;
-    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-      const auto& s = j["rope_scaling"];
-      const std::string kind = s.value("rope_type", s.value("type", std::string()));
+    config_.tied_output = boolean("tie_word_embeddings", false) || model_.find("lm_head.weight") == nullptr;
+    std::optional<Llama3Scaling> llama3;
+    if (const auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
+      const nlohmann::json& s = *scaling;
+      check(s.is_object(), where, file, ": 'rope_scaling' is ", shown(s), ", expected an object");
+      const std::string kind = text(s, "rope_type", text(s, "type", std::string()));
       if (kind == "llama3") {
-        rope_factors_ = llama3_rope_factors(config_.rope_dims, config_.rope_theta, s.value("factor", 8.0f),
-                                            s.value("low_freq_factor", 1.0f), s.value("high_freq_factor", 4.0f),
-                                            s.value("original_max_position_embeddings", 8192.0f));
+        llama3 = Llama3Scaling{number(s, "factor", 8.0f), number(s, "low_freq_factor", 1.0f),
+                               number(s, "high_freq_factor", 4.0f),
+                               number(s, "original_max_position_embeddings", 8192.0f)};
+        check(llama3->factor > 0 && llama3->low_freq_factor > 0 && llama3->original_context > 0 &&
+                  llama3->high_freq_factor > llama3->low_freq_factor,
+              where, file, ": rope_scaling llama3 needs factor > 0, low_freq_factor > 0, "
+              "high_freq_factor > low_freq_factor and original_max_position_embeddings > 0");
       } else if (kind == "linear") {
-        config_.rope_freq_scale = 1.0f / s.value("factor", 1.0f);
+        const float factor = number(s, "factor", 1.0f);
+        check(factor > 0, where, file, ": rope_scaling factor is ", factor,
+              ", expected a positive number");
+        config_.rope_freq_scale = 1.0f / factor;
       } else if (!kind.empty()) {
         fail(where, model_.dir().string(), ": rope scaling '", kind, "' is not supported (llama3, linear)");
       }
     }
-    config_.validate();
+    config_.validate(file);
+    check(head_dim_given || config_.hidden % config_.heads == 0, where, file, ": hidden_size (",
+          config_.hidden, ") is not a multiple of num_attention_heads (", config_.heads,
+          ") and there is no head_dim");
+    if (llama3) {
+      rope_factors_ = llama3_rope_factors(config_.rope_dims, config_.rope_theta, llama3->factor,
+                                          llama3->low_freq_factor, llama3->high_freq_factor,
+                                          llama3->original_context);
+    }
+    for (const TensorInfo& t : model_.tensors()) {
+      check_no_extra_blocks(t.name, "model.layers.", config_.layers, where, file,
+                            "num_hidden_layers");
+    }
     // Embedding lookups need a plain table: a quantised embedding is expanded to f16 once
     // (the LM head keeps using the quantised form when tied).
     if (model_.is_quantized("model.embed_tokens.weight")) {
       const MlxQuantizedWeight& q = model_.quantized("model.embed_tokens.weight");
+      check(q.shape == Shape({config_.vocab_size, config_.hidden}), where, model_.dir().string(),
+            ": tensor 'model.embed_tokens.weight' has shape ", q.shape.str(), ", expected [",
+            config_.vocab_size, ", ", config_.hidden, "] (vocab_size, hidden_size)");
       const int64_t rows = q.shape[0];
       const int64_t cols = q.shape[1];
       std::vector<float> full(static_cast<size_t>(rows * cols));
@@ -238,7 +342,9 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   c.layers = f.get_u32(f.arch_key("block_count"));
   c.heads = f.get_u32(f.arch_key("attention.head_count"));
   c.kv_heads = f.find_u32(f.arch_key("attention.head_count_kv")).value_or(static_cast<uint32_t>(c.heads));
-  c.head_dim = f.find_u32(f.arch_key("attention.key_length")).value_or(static_cast<uint32_t>(c.hidden / std::max<int64_t>(c.heads, 1)));
+  const std::optional<uint32_t> key_length = f.find_u32(f.arch_key("attention.key_length"));
+  // Without key_length, hidden = heads x head_dim; validate() rejects heads = 0 first.
+  c.head_dim = key_length ? int64_t{*key_length} : c.hidden / std::max<int64_t>(c.heads, 1);
   c.rope_dims = f.find_u32(f.arch_key("rope.dimension_count")).value_or(static_cast<uint32_t>(c.head_dim));
   c.rope_theta = f.find_f32(f.arch_key("rope.freq_base")).value_or(10000.0f);
   c.norm_eps = f.find_f32(f.arch_key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
@@ -247,7 +353,8 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   if (const auto type = f.find_string(f.arch_key("rope.scaling.type")); type && *type != "none") {
     check(*type == "linear", "gguf", f.source(), ": rope scaling '", *type, "' is not supported (linear)");
     const float factor = f.find_f32(f.arch_key("rope.scaling.factor")).value_or(1.0f);
-    check(factor > 0, "gguf", f.source(), ": rope scaling factor must be positive");
+    check(factor > 0 && std::isfinite(factor), "gguf", f.source(), ": ",
+          f.arch_key("rope.scaling.factor"), " is ", factor, ", expected a positive finite number");
     c.rope_freq_scale = 1.0f / factor;
   }
   const TensorInfo& embd = f.tensor("token_embd.weight");
@@ -255,7 +362,14 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   c.vocab_size = f.find_u32(f.arch_key("vocab_size")).value_or(static_cast<uint32_t>(embd.shape[0]));
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.validate();
+  c.validate(f.source());
+  check(key_length || c.hidden % c.heads == 0, "gguf", f.source(), ": ",
+        f.arch_key("embedding_length"), " (", c.hidden, ") is not a multiple of ",
+        f.arch_key("attention.head_count"), " (", c.heads, ") and there is no ",
+        f.arch_key("attention.key_length"));
+  for (const TensorInfo& t : f.tensors()) {
+    check_no_extra_blocks(t.name, "blk.", c.layers, "gguf", f.source(), f.arch_key("block_count"));
+  }
   return c;
 }
 

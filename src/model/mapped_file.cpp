@@ -24,8 +24,32 @@ struct FdGuard {
 
 }  // namespace
 
+std::string_view file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "a special file";
+}
+
+void require_regular_file(const std::filesystem::path& path, std::string_view where) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const int err = errno;
+    fail(where, "cannot open '", path.string(), "': ", std::strerror(err));
+  }
+  check(S_ISREG(info.st_mode), where, "'", path.string(), "' is ", file_kind(info.st_mode),
+        ", expected a regular file");
+}
+
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // Checked before opening: opening a FIFO blocks until a writer appears, and opening a
+  // device may act on it. O_NONBLOCK covers a file swapped for a FIFO in between.
+  require_regular_file(path, "mapped_file");
+  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (guard.fd < 0) {
     const int err = errno;
     fail("mapped_file", "cannot open '", path.string(), "': ", std::strerror(err));
@@ -35,7 +59,8 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     const int err = errno;
     fail("mapped_file", "cannot stat '", path.string(), "': ", std::strerror(err));
   }
-  check(S_ISREG(info.st_mode), "mapped_file", "'", path.string(), "' is not a regular file");
+  check(S_ISREG(info.st_mode), "mapped_file", "'", path.string(), "' is ",
+        file_kind(info.st_mode), ", expected a regular file");
   size_ = static_cast<size_t>(info.st_size);
   if (size_ == 0) return;  // mmap rejects zero-length mappings; an empty file is {nullptr, 0}
   void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, guard.fd, 0);

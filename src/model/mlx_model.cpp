@@ -7,6 +7,7 @@
 
 #include "model/mlx_config_json.h"
 #include "onepass/core/error.h"
+#include "onepass/model/mapped_file.h"
 
 namespace onepass {
 namespace {
@@ -16,6 +17,7 @@ constexpr std::string_view kIndexName = "model.safetensors.index.json";
 constexpr std::string_view kSingleName = "model.safetensors";
 
 nlohmann::json read_json(const std::filesystem::path& path) {
+  require_regular_file(path, kWhere);
   std::ifstream in(path, std::ios::binary);
   check(in.good(), kWhere, "cannot read '", path.string(), "'");
   std::ostringstream text;
@@ -210,7 +212,9 @@ void MlxModel::check_quantized() {
   }
 }
 
-std::string MlxModel::config_text(int indent) const { return config_->json.dump(indent); }
+std::string MlxModel::config_text(int indent, bool ascii) const {
+  return config_->json.dump(indent, ' ', ascii);
+}
 
 const TensorInfo* MlxModel::find(std::string_view name) const {
   const auto it = index_.find(name);

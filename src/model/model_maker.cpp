@@ -141,11 +141,10 @@ void ModelShape::validate() const {
         "hidden, ffn, layers, heads, kv-heads and vocab must all be positive (", describe(), ")");
   check(hidden % heads == 0, kWhere, "hidden (", hidden, ") must be a multiple of heads (", heads,
         ")");
+  // The configuration's bounds keep every size make-model computes within 64 bits.
+  config().validate(name);
   check(context > 0 && context <= UINT32_MAX, kWhere, "context must be in 1..", UINT32_MAX,
         ", got ", context);
-  check(vocab <= INT32_MAX && hidden <= UINT32_MAX && ffn <= UINT32_MAX && layers <= UINT32_MAX,
-        kWhere, "dimensions too large (", describe(), ")");
-  config().validate();
 }
 
 std::string ModelShape::describe() const {

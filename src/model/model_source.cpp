@@ -10,19 +10,35 @@
 
 namespace onepass::model {
 
-void LlamaConfig::validate() const {
+void LlamaConfig::validate(std::string_view source) const {
   const char* where = "model";
-  check(architecture == "llama" || architecture == "qwen2" || architecture == "mistral", where,
+  const std::string in = source.empty() ? std::string() : cat(source, ": ");
+  check(architecture == "llama" || architecture == "qwen2" || architecture == "mistral", where, in,
         "unsupported architecture '", architecture, "' (supported: llama, mistral, qwen2)");
-  check(vocab_size > 0 && hidden > 0 && ffn > 0 && layers > 0 && heads > 0 && kv_heads > 0, where,
-        "vocab, hidden, ffn, layers, heads and kv_heads must be positive (", describe(), ")");
-  check(heads % kv_heads == 0, where, "heads (", heads, ") must be a multiple of kv_heads (", kv_heads, ")");
-  check(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 256, where, "head_dim must be even and <= 256, got ",
-        head_dim);
-  check(rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= head_dim, where,
-        "rope dims must be even and <= head_dim, got ", rope_dims);
-  check(norm_eps > 0 && std::isfinite(norm_eps), where, "norm epsilon must be positive");
-  check(rope_theta > 0 && std::isfinite(rope_theta), where, "rope theta must be positive");
+  auto in_range = [&](const char* what, int64_t value, int64_t max) {
+    check(value >= 1 && value <= max, where, in, what, " is ", value, ", expected 1..", max);
+  };
+  in_range("the vocabulary size", vocab_size, kMaxVocab);
+  in_range("hidden (the embedding length)", hidden, kMaxHidden);
+  in_range("ffn (the feed-forward length)", ffn, kMaxFfn);
+  in_range("the layer count", layers, kMaxLayers);
+  in_range("the head count", heads, kMaxHeads);
+  in_range("the key/value head count", kv_heads, kMaxHeads);
+  check(heads % kv_heads == 0, where, in, "heads (", heads, ") must be a multiple of kv_heads (",
+        kv_heads, ")");
+  check(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 256, where, in,
+        "head_dim must be even and in 2..256, got ", head_dim);
+  check(rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= head_dim, where, in,
+        "rope dims must be even and in 2..head_dim (", head_dim, "), got ", rope_dims);
+  check(train_context > 0, where, in, "the training context must be positive, got ",
+        train_context);
+  check(norm_eps > 0 && std::isfinite(norm_eps), where, in,
+        "norm epsilon must be positive and finite, got ", norm_eps);
+  check(rope_theta > 0 && std::isfinite(rope_theta), where, in,
+        "rope theta must be positive and finite, got ", rope_theta);
+  check(rope_freq_scale > 0 && std::isfinite(rope_freq_scale), where, in,
+        "the rope frequency scale (1 / linear factor) must be positive and finite, got ",
+        rope_freq_scale);
 }
 
 std::string LlamaConfig::describe() const {

@@ -2,6 +2,7 @@
 // bench --json, and one-line errors on bad input. The binary is looked up next to this test
 // binary (both are built into <build>/bin/); the tests skip when it was not built.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,10 +60,12 @@ class CliTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_, ignored);
   }
 
-  // Runs the tool with `args`, capturing stdout and stderr separately.
-  ToolRun run(const std::vector<std::string>& args) const {
+  // Runs the tool with `args`, capturing stdout and stderr separately; killed after
+  // `timeout_s` seconds (exit status 124) when given.
+  ToolRun run(const std::vector<std::string>& args, int timeout_s = 0) const {
     const fs::path err_file = dir_ / "stderr.txt";
     std::string command = quote(tool_.string());
+    if (timeout_s > 0) command = cat("timeout -s KILL ", timeout_s, " ", command);
     for (const std::string& a : args) command += " " + quote(a);
     command += " 2>" + quote(err_file.string());
     ToolRun r;
@@ -283,6 +286,132 @@ TEST_F(CliTest, BadInputIsOneErrorLine) {
                         "bench --batch 0");
   EXPECT_FALSE(fs::exists(dir_ / "x.gguf"));
   EXPECT_FALSE(fs::exists(dir_ / "y.gguf"));
+}
+
+// Usage errors: one "[where] what" line and exit status 1 (CLI11's own exit codes are
+// 104-109); --help and --version still print and exit 0.
+TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
+  auto usage_error = [&](const std::vector<std::string>& args, const std::string& part) {
+    const ToolRun r = run(args);
+    SCOPED_TRACE(args.empty() ? std::string("(no arguments)") : args[0]);
+    EXPECT_EQ(r.status, 1) << r.err;
+    expect_one_error_line(r, part);
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, bench, ");
+  usage_error({"generat", "-p", "x"}, "[onepass] unknown command 'generat'; did you mean 'generate'?");
+  usage_error({"inspcet"}, "did you mean 'inspect'?");
+  usage_error({}, "[onepass] a command is required (generate, bench, profile, inspect, make-model)");
+  usage_error({"generate", "--frobnicate"}, "[generate] ");
+  usage_error({"generate", "-n"}, "[generate] ");
+  usage_error({"generate", "--top-k", "many"}, "[generate] ");
+  // Out-of-range integers are rejected, not wrapped or saturated.
+  usage_error({"generate", "-n", "99999999999999999999999"}, "value out of range");
+  usage_error({"generate", "--seed", "-1"}, "not a non-negative decimal whole number");
+  usage_error({"generate", "-n", "9223372036854775807"}, "[generate] -n/--tokens: value out of range");
+  usage_error({"make-model", "--hidden", "99999999999999999999", "--dry-run"}, "value out of range");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--help"}, {"generate", "--help"}, {"--version"}}) {
+    const ToolRun r = run(args);
+    EXPECT_EQ(r.status, 0) << args[0] << ": " << r.err;
+    EXPECT_FALSE(r.out.empty());
+  }
+}
+
+// Dimensions past the configuration bounds are refused before any size is computed.
+TEST_F(CliTest, MakeModelDryRunRejectsHugeDimensions) {
+  const ToolRun r = run({"make-model", "--hidden", "4294967296", "--ffn", "4294967296", "--layers",
+                         "4294967296", "--heads", "1", "--vocab", "4294967296", "--dry-run"});
+  EXPECT_EQ(r.status, 1);
+  expect_one_error_line(r, "huge dimensions");
+  EXPECT_NE(r.err.find("expected 1..16777216"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// A FIFO given as the model: refused at once instead of blocking in open().
+TEST_F(CliTest, SpecialFilesAreRefused) {
+  const fs::path fifo = dir_ / "fifo.gguf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"generate", "-m", fifo.string()}, {"inspect", fifo.string()},
+        {"bench", "-m", fifo.string()}}) {
+    const ToolRun r = run(args, 60);
+    EXPECT_EQ(r.status, 1) << args[0] << " (124 or -1: it blocked)";
+    expect_one_error_line(r, args[0]);
+    EXPECT_NE(r.err.find("is a FIFO, expected a regular file"), std::string::npos) << r.err;
+  }
+}
+
+// make-model -o replaces only a regular file (or creates one): never a FIFO, a directory, a
+// symbolic link or a device node.
+TEST_F(CliTest, MakeModelRefusesOutputsThatAreNotRegularFiles) {
+  auto make = [&](const fs::path& out) {
+    return run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "1", "--heads", "4",
+                "--vocab", "512", "--type", "f16", "-o", out.string()},
+               120);
+  };
+  const fs::path fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ToolRun r = make(fifo);
+  EXPECT_EQ(r.status, 1);
+  expect_one_error_line(r, "FIFO output");
+  EXPECT_NE(r.err.find("exists and is a FIFO"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_FALSE(fs::exists(dir_ / "fifo.partial"));
+
+  fs::create_directory(dir_ / "dir");
+  r = make(dir_ / "dir");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("exists and is a directory"), std::string::npos) << r.err;
+
+  {
+    std::ofstream target(dir_ / "target");
+    target << "keep";
+  }
+  fs::create_symlink(dir_ / "target", dir_ / "link");
+  r = make(dir_ / "link");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("exists and is a symbolic link"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link"));
+  EXPECT_EQ(fs::file_size(dir_ / "target"), 4u);
+
+  r = make("/dev/null");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("'/dev/null' exists and is a character device"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+
+  // A regular file is replaced.
+  {
+    std::ofstream old(dir_ / "old.gguf");
+    old << "old";
+  }
+  r = make(dir_ / "old.gguf");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_GT(fs::file_size(dir_ / "old.gguf"), 3u);
+}
+
+// inspect prints what the file says with control characters escaped: a metadata key, a
+// string value or a tensor name cannot clear the screen or set the window title.
+TEST_F(CliTest, InspectEscapesControlCharacters) {
+  const fs::path file = dir_ / "escapes.gguf";
+  {
+    GgufWriter w(file);
+    w.set_string("general.architecture", "llama");
+    w.set_string("evil\x1b]0;owned\x07.key", "value \x1b[2J\xc2\x9b" "31m caf\xc3\xa9");
+    w.add_tensor("tensor\x1b[2J\r", DType::f32, Shape{2});
+    const float values[2] = {1, 2};
+    w.write_tensor("tensor\x1b[2J\r", values, 8);
+    w.finish();
+  }
+  const ToolRun r = run({"inspect", file.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\xc2\x9b"), std::string::npos) << r.out;  // C1 CSI in UTF-8
+  EXPECT_NE(r.out.find("evil\\x1b]0;owned\\x07.key"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensor\\x1b[2J\\x0d"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\\xc2\\x9b31m caf\xc3\xa9"), std::string::npos) << r.out;  // é is kept
 }
 
 }  // namespace

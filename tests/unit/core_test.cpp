@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "onepass/core/buffer_pool.h"
 #include "onepass/core/thread_pool.h"
 #include "support/testing.h"
@@ -145,6 +148,15 @@ TEST(TensorView, ShapesStridesAndRanges) {
   EXPECT_EQ(q.row_bytes(), 36u);
 }
 
+TEST(Shape, ElementCountsThatOverflowAreAnError) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ((Shape{big, big / 4}).numel(), int64_t{1} << 62);
+  EXPECT_THROW((Shape{big, big}).numel(), Error);
+  EXPECT_THROW((Shape{big, big, 2}).rows(), Error);
+  EXPECT_THROW((Shape{3, INT64_MAX}).numel(), Error);
+  EXPECT_EQ((Shape{0, INT64_MAX}).numel(), 0);
+}
+
 TEST(ThreadPool, RunsEveryIndexOnceAndPropagatesErrors) {
   ThreadPool pool(4);
   std::vector<std::atomic<int>> hits(1000);
@@ -167,6 +179,18 @@ TEST(Options, EnvironmentFillsDefaults) {
   EXPECT_FALSE(o.auto_barrier);
   EXPECT_EQ(o.cpu_schedule, CpuSchedule::sequential);
   EXPECT_EQ(o.cpu_threads, 3);
+  // Far more threads than the hardware runs: capped, with one warning line.
+  ::setenv("ONEPASS_THREADS", "4096", 1);
+  ::testing::internal::CaptureStderr();
+  o = Options::from_env();
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(o.cpu_threads, std::min(4096, ThreadPool::max_threads()));
+  if (ThreadPool::max_threads() < 4096) {
+    EXPECT_NE(warning.find("[options] ONEPASS_THREADS=4096 is more than 4 x the"), std::string::npos)
+        << warning;
+    EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1) << warning;
+  }
+  EXPECT_EQ(ThreadPool(100000).size(), ThreadPool::max_threads());
   ::setenv("ONEPASS_THREADS", "many", 1);
   EXPECT_THROW(Options::from_env(), Error);
   ::setenv("ONEPASS_AUTO_BARRIER", "maybe", 1);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -35,6 +36,121 @@ std::filesystem::path executable_path() {
 }
 
 }  // namespace
+
+void check_integer_options(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    const bool is_unsigned = type == "UINT";
+    option->check(CLI::Validator(
+        [is_unsigned](std::string& text) -> std::string {
+          const char* first = text.data();
+          const char* last = text.data() + text.size();
+          std::from_chars_result result{};
+          if (is_unsigned) {
+            uint64_t value = 0;
+            result = std::from_chars(first, last, value);
+          } else {
+            int64_t value = 0;
+            result = std::from_chars(first, last, value);
+          }
+          if (result.ec == std::errc::result_out_of_range) {
+            return cat("value out of range ('", text, "'; expected ",
+                       is_unsigned ? "0.." + std::to_string(UINT64_MAX)
+                                   : std::to_string(INT64_MIN) + ".." + std::to_string(INT64_MAX),
+                       ")");
+          }
+          if (result.ec != std::errc() || result.ptr != last) {
+            return cat("'", text, "' is not a ", is_unsigned ? "non-negative " : "",
+                       "decimal whole number");
+          }
+          return "";
+        },
+        "", "integer"));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) check_integer_options(*sub);
+}
+
+std::string closest_name(const std::string& given, const std::vector<std::string>& names) {
+  // Levenshtein distance, one row at a time.
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = 3;  // a typo: at most two edits
+  for (const std::string& name : names) {
+    const size_t d = distance(given, name);
+    if (d < best_distance || (given.size() >= 3 && name.rfind(given, 0) == 0 && best.empty())) {
+      best = name;
+      best_distance = std::min(d, best_distance);
+    }
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+std::string printable(std::string_view text, bool newlines) {
+  std::string out;
+  out.reserve(text.size());
+  auto escape = [&](unsigned char byte) { out += format("\\x%02x", byte); };
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      if ((byte < 0x20 && !(newlines && byte == '\n')) || byte == 0x7f) {
+        escape(byte);
+      } else {
+        out += static_cast<char>(byte);
+      }
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence of a printable code point is kept; C1 controls
+    // (U+0080..U+009F, which some terminals obey) and malformed bytes are escaped.
+    size_t length = 0;
+    if (byte >= 0xC2 && byte <= 0xDF) length = 2;
+    if (byte >= 0xE0 && byte <= 0xEF) length = 3;
+    if (byte >= 0xF0 && byte <= 0xF4) length = 4;
+    bool valid = length > 0 && i + length <= text.size();
+    uint32_t code = 0;
+    if (valid) {
+      code = byte & (0x7F >> length);
+      for (size_t k = 1; k < length && valid; ++k) {
+        const auto next = static_cast<unsigned char>(text[i + k]);
+        valid = (next & 0xC0) == 0x80;
+        code = (code << 6) | (next & 0x3F);
+      }
+      const uint32_t min_code = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+      valid = valid && code >= min_code && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF);
+    }
+    if (valid && code >= 0xA0) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else if (valid) {  // C1 control
+      for (size_t k = 0; k < length; ++k) escape(static_cast<unsigned char>(text[i + k]));
+      i += length;
+    } else {
+      escape(byte);
+      ++i;
+    }
+  }
+  return out;
+}
 
 std::filesystem::path resolve_model(const std::string& given, std::string_view command) {
   if (!given.empty()) return given;

@@ -29,6 +29,22 @@ Command add_make_model_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_profile_command(CLI::App& parent);
 
+/// Adds to every integer option of `app` and its subcommands a check of the text before
+/// CLI11 converts it (CLI11 saturates out-of-range 64-bit values silently and reads "0x"
+/// and leading-zero numbers as hex and octal): a decimal whole number within the option's
+/// 64-bit range, else "value out of range" / "not a whole number".
+void check_integer_options(CLI::App& app);
+
+/// The name in `names` within a small edit distance of `given` (a typo), or "".
+std::string closest_name(const std::string& given, const std::vector<std::string>& names);
+/// "a, b, c".
+std::string join(const std::vector<std::string>& names);
+
+/// `text` safe to print on a terminal: control characters (C0, DEL, C1) and bytes that are
+/// not UTF-8 become \xNN escapes, so a file cannot move the cursor, clear the screen or set
+/// the window title. `newlines`: keep '\n' as is (multi-line text).
+std::string printable(std::string_view text, bool newlines = true);
+
 /// The model installed by scripts/setup, relative to the repository root.
 inline constexpr std::string_view kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 

@@ -39,9 +39,13 @@ struct GenerateArgs {
 
 int run_generate(const GenerateArgs& args) {
   const char* where = "generate";
-  check(args.tokens >= 0, where, "-n/--tokens must be at least 0, got ", args.tokens);
-  check(args.context >= 0, where, "--ctx must be positive (or 0 for prompt + tokens), got ",
-        args.context);
+  // Positions are 32-bit on the device; the bounds also keep prompt + tokens from overflowing.
+  constexpr int64_t kMaxTokens = INT32_MAX / 2;
+  check(args.tokens >= 0 && args.tokens <= kMaxTokens, where, "-n/--tokens: value out of range (",
+        args.tokens, "; expected 0..", kMaxTokens, ")");
+  check(args.context >= 0 && args.context <= kMaxTokens, where,
+        "--ctx: value out of range (", args.context, "; expected 1..", kMaxTokens,
+        ", or 0 for prompt + tokens)");
   model::SamplerOptions sampling{.temperature = args.temperature,
                                  .top_k = args.top_k,
                                  .top_p = args.top_p,

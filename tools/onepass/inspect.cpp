@@ -51,19 +51,21 @@ void print_totals(const std::map<std::string, TypeTotal>& totals, uint64_t param
 void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
   const GgufFile file = GgufFile::open(path);
   std::printf("file: %s\nformat: GGUF v%u, alignment %llu, tensor data at offset %llu\n",
-              path.string().c_str(), file.version(),
+              printable(path.string(), false).c_str(), file.version(),
               static_cast<unsigned long long>(file.alignment()),
               static_cast<unsigned long long>(file.data_offset()));
   // The model as the loader sees it, when it is a supported architecture.
   try {
-    std::printf("model: %s\n", model::config_from_gguf(file).describe().c_str());
+    std::printf("model: %s\n", printable(model::config_from_gguf(file).describe(), false).c_str());
   } catch (const Error& e) {
-    std::printf("model: not loadable by onepass: %s\n", e.what());
+    std::printf("model: not loadable by onepass: %s\n", printable(e.what(), false).c_str());
   }
 
   std::printf("\nmetadata: %zu keys\n", file.metadata().size());
   for (const GgufEntry& entry : file.metadata()) {
-    std::printf("  %s = %s\n", entry.key.c_str(), entry.value.describe(args.max_items).c_str());
+    // Keys and values come from the file: escaped, so that they cannot drive the terminal.
+    std::printf("  %s = %s\n", printable(entry.key, false).c_str(),
+                printable(entry.value.describe(args.max_items), false).c_str());
   }
 
   std::map<std::string, TypeTotal> totals;
@@ -74,7 +76,7 @@ void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
   for (const TensorInfo& t : file.tensors()) {
     const auto numel = static_cast<uint64_t>(t.shape.numel());
     if (args.tensors) {
-      std::printf("  %4zu %-32s %-6s %-18s %12s bytes\n", index, t.name.c_str(),
+      std::printf("  %4zu %-32s %-6s %-18s %12s bytes\n", index, printable(t.name, false).c_str(),
                   std::string(dtype_name(t.dtype)).c_str(), t.shape.str().c_str(),
                   format_grouped(t.bytes).c_str());
     }
@@ -91,12 +93,13 @@ void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
 
 void inspect_mlx(const std::filesystem::path& dir, const InspectArgs& args) {
   const MlxModel model = MlxModel::open(dir);
-  std::printf("directory: %s\nformat: MLX (safetensors)\n", dir.string().c_str());
+  std::printf("directory: %s\nformat: MLX (safetensors)\n", printable(dir.string(), false).c_str());
   if (const auto q = model.quantization()) {
     std::printf("quantization: affine %u-bit, group %u, scales %s\n", q->bits, q->group_size,
                 std::string(dtype_name(q->scale_type)).c_str());
   }
-  std::printf("\nconfig.json:\n%s\n", model.config_text(2).c_str());
+  // ascii: every control character in a key or string is a \u escape.
+  std::printf("\nconfig.json:\n%s\n", printable(model.config_text(2, /*ascii=*/true)).c_str());
 
   // A quantised module's scales and biases are part of its storage, not parameters.
   auto companion_of_quantized = [&](const std::string& name) {
@@ -127,8 +130,9 @@ void inspect_mlx(const std::filesystem::path& dir, const InspectArgs& args) {
                  ")");
     }
     if (args.tensors) {
-      std::printf("  %4zu %-48s %-7s %-18s %12s bytes%s\n", index, t.name.c_str(), type.c_str(),
-                  t.shape.str().c_str(), format_grouped(t.bytes).c_str(), note.c_str());
+      std::printf("  %4zu %-48s %-7s %-18s %12s bytes%s\n", index, printable(t.name, false).c_str(),
+                  type.c_str(), t.shape.str().c_str(), format_grouped(t.bytes).c_str(),
+                  printable(note, false).c_str());
     }
     TypeTotal& total = totals[type];
     ++total.tensors;

@@ -14,7 +14,14 @@ namespace onepass {
 
 class ThreadPool {
  public:
-  /// `threads` <= 0 means one per hardware thread.
+  /// More threads than this many per hardware thread only add switching: a pool asked
+  /// for more gets max_threads().
+  static constexpr int kMaxThreadsPerHardwareThread = 4;
+  /// std::thread::hardware_concurrency(), at least 1.
+  static int hardware_threads();
+  static int max_threads() { return kMaxThreadsPerHardwareThread * hardware_threads(); }
+
+  /// `threads` <= 0 means one per hardware thread; at most max_threads().
   explicit ThreadPool(int threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

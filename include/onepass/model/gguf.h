@@ -216,8 +216,10 @@ class GgufMetaValue {
 /// Writes a GGUF v3 file that llama.cpp and gguf-py read. Usage: set metadata, declare
 /// every tensor with add_tensor, then stream each tensor's bytes in declaration order with
 /// write_tensor / write_tensor_data (so a model never needs to be in memory at once), then
-/// finish(). The file is written as "<path>.partial" and renamed by finish(); a writer
-/// destroyed before finish() removes the partial file.
+/// finish(). The file is written as "<path>.partial" beside it and renamed by finish() over
+/// a regular file or nothing: a path that exists as anything else (FIFO, device node,
+/// directory, symbolic link) is refused, never replaced. A writer destroyed before finish()
+/// removes the partial file.
 class GgufWriter {
  public:
   /// `alignment` (a power of two) is recorded as general.alignment when it is not 32.

@@ -83,9 +83,10 @@ class LlamaModel {
   /// Forgets the conversation (the cache contents are simply overwritten later).
   void reset() { position_ = 0; }
 
-  /// Appends `tokens` to the cache and returns the logits after the last one.
+  /// Appends `tokens` to the cache and returns the logits after the last one; throws Error
+  /// when they are not all finite (NaN or Inf weights).
   std::span<const float> prefill(std::span<const int32_t> tokens);
-  /// Appends one token and returns the logits after it.
+  /// Appends one token and returns the logits after it (checked as prefill's).
   std::span<const float> decode(int32_t token);
   /// Appends one token and returns the most likely next token (argmax on the device,
   /// no logits download).
@@ -121,10 +122,12 @@ class LlamaModel {
   void set_step(std::span<const int32_t> tokens);
   void run_decode(int32_t token);
   void launch_decode(int32_t token);  // sets the step's inputs and launches decode_graph_
+  void check_logits() const;
 
   std::shared_ptr<Backend> backend_;
   LoadOptions options_;
   LlamaConfig config_;
+  std::string source_name_;  // the model file, for errors
   GraphExecutor executor_;
   TensorView token_embd_;
   Linear output_;

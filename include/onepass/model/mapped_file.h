@@ -7,11 +7,19 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "onepass/core/dtype.h"
 #include "onepass/core/tensor.h"
 
 namespace onepass {
+
+/// What a stat() mode describes: "a regular file", "a directory", "a FIFO", ...
+std::string_view file_kind(unsigned mode);
+
+/// Throws Error("[where] ...") unless `path` names a regular file (after following
+/// symbolic links). Called before opening, so that a FIFO or a device is never opened.
+void require_regular_file(const std::filesystem::path& path, std::string_view where);
 
 /// The whole of one file mapped read-only. Move-only; the mapping is released by the
 /// destructor (which never throws). An empty file maps to {nullptr, 0}.

@@ -44,8 +44,9 @@ class MlxModel {
   const std::filesystem::path& dir() const { return dir_; }
   /// config.json as parsed (opaque outside the library).
   const MlxConfigJson& config() const { return *config_; }
-  /// config.json written out again; `indent` < 0 gives one line.
-  std::string config_text(int indent = -1) const;
+  /// config.json written out again; `indent` < 0 gives one line, `ascii` writes every
+  /// non-ASCII or control character as a \u escape.
+  std::string config_text(int indent = -1, bool ascii = false) const;
   /// The model-wide quantisation of config.json; nullopt for an unquantised model. Its
   /// scale_type is that of the first quantised weight's scales (f16 when there is none).
   std::optional<AffineFormat> quantization() const { return quantization_; }

@@ -18,6 +18,15 @@ namespace onepass::model {
 
 /// Hyper-parameters of a Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2).
 struct LlamaConfig {
+  // Bounds well above every released Llama-family model (Llama 3.1 405B: 126 layers,
+  // hidden 16384, ffn 53248, 128 heads, vocab 128256) and low enough that a hostile file
+  // cannot make the loader loop over billions of layers or size products past int64.
+  static constexpr int64_t kMaxLayers = 4096;
+  static constexpr int64_t kMaxHeads = 4096;
+  static constexpr int64_t kMaxHidden = int64_t{1} << 20;
+  static constexpr int64_t kMaxFfn = int64_t{1} << 22;
+  static constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
   std::string architecture = "llama";  // llama, qwen2 (Mistral and SmolLM2 are "llama")
   int64_t vocab_size = 0;
   int64_t hidden = 0;      // embedding length
@@ -37,8 +46,9 @@ struct LlamaConfig {
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
-  /// Throws Error naming the first inconsistent value.
-  void validate() const;
+  /// Throws Error naming the first value out of range or inconsistent, prefixed with
+  /// `source` (the file) when given.
+  void validate(std::string_view source = {}) const;
   std::string describe() const;
 };
 
