@@ -40,9 +40,9 @@ int run(const Args& args) {
   }
   const onepass::Tokenizer tokenizer(*vocabulary);
 
-  // The chat template of the model (ChatML, Llama 3 or [INST]) around one user message.
+  // The model's own chat template (tokenizer.chat_template) around one user message.
   const std::vector<onepass::ChatMessage> messages = {{"user", args.prompt}};
-  const std::string text = onepass::render_chat(onepass::detect_chat_format(tokenizer), messages);
+  const std::string text = onepass::render_chat(tokenizer, messages);
   const std::vector<int32_t> prompt = tokenizer.encode(text);
 
   onepass::model::LoadOptions load;

@@ -55,7 +55,6 @@ TEST_F(DefaultModel, GreedyGenerationAnswersFactualPrompts) {
   Tokenizer tok(*src->tokenizer_data());
   auto backend = testing::cpu_backend(Options::defaults());
   LlamaModel model(backend, *src, LoadOptions{.context = 256});
-  const ChatFormat format = detect_chat_format(tok);
   struct Case {
     const char* question;
     const char* answer;
@@ -64,7 +63,7 @@ TEST_F(DefaultModel, GreedyGenerationAnswersFactualPrompts) {
                         Case{"What is the capital of Japan?", "Tokyo"},
                         Case{"How many days are there in a week?", "seven"}}) {
     const std::vector<ChatMessage> messages = {{"user", c.question}};
-    const std::string prompt = render_chat(format, messages);
+    const std::string prompt = render_chat(tok, messages);
     const auto t0 = std::chrono::steady_clock::now();
     std::string text = generate_greedy(model, tok, prompt, 24);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -137,7 +137,9 @@ TEST_F(SafetensorsTest, RoundTrip) {
     EXPECT_EQ(got.bytes, want.data.size());
     EXPECT_GE(got.offset, f.data_offset());
     // An empty tensor may have no data pointer (memcmp with null is undefined even for 0 bytes).
-    if (!want.data.empty()) EXPECT_EQ(std::memcmp(got.data, want.data.data(), want.data.size()), 0);
+    if (!want.data.empty()) {
+      EXPECT_EQ(std::memcmp(got.data, want.data.data(), want.data.size()), 0);
+    }
   }
   // from_memory: data points into the caller's bytes at the same offsets.
   const SafetensorsFile m = SafetensorsFile::from_memory(bytes.data(), bytes.size());
@@ -318,7 +320,9 @@ TEST_F(SafetensorsTest, MlxShardedQuantizedModel) {
     SCOPED_TRACE(t.name);
     const TensorInfo& got = model.tensor(t.name);
     EXPECT_EQ(got.bytes, t.data.size());
-    if (!t.data.empty()) EXPECT_EQ(std::memcmp(got.data, t.data.data(), t.data.size()), 0);
+    if (!t.data.empty()) {
+      EXPECT_EQ(std::memcmp(got.data, t.data.data(), t.data.size()), 0);
+    }
   }
   EXPECT_TRUE(
       std::is_sorted(model.tensors().begin(), model.tensors().end(),

@@ -432,12 +432,8 @@ TEST(TokenizerReference, SmolLM2KnownIdsAndChat) {
   // Control tokens as plain text when specials are not parsed.
   EXPECT_GT(tokenizer.encode("<|im_start|>", {.parse_special = false}).size(), 1u);
 
-  const ChatFormat format = detect_chat_format(tokenizer);
-  EXPECT_EQ(format.family, ChatFamily::kChatMl);
-  EXPECT_EQ(format.default_system,
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   const std::vector<ChatMessage> messages = {{"user", "What is 2+2?"}};
-  const std::string prompt = render_chat(format, messages);
+  const std::string prompt = render_chat(tokenizer, messages);
   EXPECT_EQ(prompt,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
@@ -878,9 +874,9 @@ TEST(BpeSynth, ExactSizeConsistentFastAndDeterministic) {
     if (pre == "llama-bpe") {
       EXPECT_EQ(tokenizer.bos_id(), 128000);  // Llama-3's layout of the 256 specials
       EXPECT_EQ(*tokenizer.find_token("<|eot_id|>"), 128009);
-      EXPECT_EQ(detect_chat_format(tokenizer).family, ChatFamily::kLlama3);
+      EXPECT_NE(chat_template_of(tokenizer).find("<|start_header_id|>"), std::string::npos);
     } else {
-      EXPECT_EQ(detect_chat_format(tokenizer).family, ChatFamily::kChatMl);
+      EXPECT_NE(chat_template_of(tokenizer).find("<|im_start|>"), std::string::npos);
     }
     // Every merge result is reachable: its own text encodes to it alone.
     size_t checked = 0;

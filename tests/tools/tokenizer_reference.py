@@ -6,8 +6,6 @@
   encode DATA.json TEXTS.json OUT.json  token ids (and decoded text) of each text, computed by
                                         the PyPI `tokenizers` library from the same vocabulary
                                         and merges with the model's pre-tokenizer
-  chat CASES.json OUT.json              chat templates rendered by jinja2 the way
-                                        transformers' apply_chat_template does
 
 Exit status 3 means a needed package is missing (the C++ test then skips).
 """
@@ -126,30 +124,8 @@ def encode(data_path, texts_path, out_path):
         json.dump({"ids": ids, "decoded": decoded}, out, ensure_ascii=False)
 
 
-def chat(cases_path, out_path):
-    jinja2 = need("jinja2")
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.globals["raise_exception"] = raise_exception
-    with open(cases_path, encoding="utf-8") as f:
-        cases = json.load(f)
-    rendered = []
-    for case in cases:
-        template = env.from_string(case["template"])
-        rendered.append(template.render(messages=case["messages"],
-                                        add_generation_prompt=case["add_generation_prompt"],
-                                        bos_token=case["bos_token"], eos_token=case["eos_token"]))
-    with open(out_path, "w", encoding="utf-8") as out:
-        json.dump(rendered, out, ensure_ascii=False)
-
-
 def main(argv):
-    commands = {"dump-gguf": (dump_gguf, 2), "encode": (encode, 3), "chat": (chat, 2)}
+    commands = {"dump-gguf": (dump_gguf, 2), "encode": (encode, 3)}
     if len(argv) < 2 or argv[1] not in commands or len(argv) != 2 + commands[argv[1]][1]:
         print(__doc__, file=sys.stderr)
         return 2

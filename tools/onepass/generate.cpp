@@ -66,7 +66,7 @@ int run_generate(const GenerateArgs& args) {
     std::vector<ChatMessage> messages;
     if (!args.system.empty()) messages.push_back({"system", args.system});
     messages.push_back({"user", args.prompt});
-    text = render_chat(detect_chat_format(tokenizer), messages);
+    text = render_chat(tokenizer, messages);
   }
   const std::vector<int32_t> prompt = tokenizer.encode(text);
   check(!prompt.empty(), where,

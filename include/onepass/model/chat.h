@@ -1,6 +1,5 @@
-// Chat prompts: the template family of a model, read from its chat_template string, and the
-// rendering of a conversation in that family's format (no Jinja engine: the families are few
-// and fixed).
+// Chat prompts: a conversation rendered with the model's own chat template
+// (tokenizer.chat_template, a Jinja template) as transformers' apply_chat_template renders it.
 #pragma once
 
 #include <span>
@@ -12,49 +11,44 @@
 namespace onepass {
 
 struct ChatMessage {
-  std::string role;  ///< "system", "user", "assistant" (ChatML and Llama-3 accept any role)
+  std::string role;  ///< "system", "user", "assistant", ... as the template accepts them
   std::string content;
 };
 
-enum class ChatFamily {
-  kChatMl,  ///< <|im_start|>role\n...<|im_end|>: SmolLM2, Qwen2
-  kLlama3,  ///< <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
-  kLlama2,  ///< [INST] ... [/INST]: Llama-2 chat, Mistral instruct
+/// The variables a chat template sees besides `messages`.
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;  ///< end with the header of the assistant's turn
+  std::string bos_token;              ///< the text of the vocabulary's BOS and EOS tokens
+  std::string eos_token;
+  /// More variables, as the text of a JSON object: tools, date_string, enable_thinking, ...
+  /// (text, so that no JSON library reaches the public headers; empty: none).
+  std::string extra_variables_json;
 };
 
-std::string_view chat_family_name(ChatFamily family);
+/// ChatML without a default system prompt: the format of models that have no chat template
+/// but whose vocabulary has <|im_start|>.
+inline constexpr std::string_view kChatMlTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\\n' }}{% endif %}";
 
-/// A template family plus the details of the template that change the text.
-struct ChatFormat {
-  ChatFamily family = ChatFamily::kChatMl;
-  /// ChatML: system prompt the template inserts when the first message is not a system one.
-  std::string default_system;
-  /// Llama-3.1+: a system header always comes first, opening with "Cutting Knowledge Date:
-  /// December 2023\nToday Date: <date>\n\n".
-  bool knowledge_date_preamble = false;
-  std::string date = "26 Jul 2024";
-  /// [INST] variants: a <<SYS>> block in the first user turn (Llama-2; otherwise the system
-  /// text is put before the first user message), BOS before every later [INST], spaces
-  /// around an answer (" answer </s>"), contents stripped of surrounding whitespace.
-  bool system_block = false;
-  bool bos_each_turn = false;
-  bool space_around_response = false;
-  bool strip_content = false;
-  std::string bos_text = "<s>";
-  std::string eos_text = "</s>";
-};
+/// `chat_template` rendered with `messages` (a list of {role, content} dicts) and `options`,
+/// byte for byte as jinja2 renders it with trim_blocks and lstrip_blocks. A template using
+/// something the interpreter lacks, or one that calls raise_exception, throws onepass::Error
+/// ("[chat_template] line L, column C: ...").
+std::string render_chat_template(std::string_view chat_template,
+                                 std::span<const ChatMessage> messages,
+                                 const ChatTemplateOptions& options);
 
-/// Recognises the family of `chat_template`. An empty or unrecognised template falls back
-/// to ChatML when the vocabulary has <|im_start|>; otherwise throws onepass::Error.
-ChatFormat detect_chat_format(std::string_view chat_template, const Tokenizer& tokenizer);
-/// The same for the tokenizer's own template (TokenizerData::chat_template).
-ChatFormat detect_chat_format(const Tokenizer& tokenizer);
+/// The template the model's prompts are rendered with: the tokenizer's own, or ChatML when
+/// it has none and its vocabulary has <|im_start|>; otherwise throws onepass::Error.
+std::string chat_template_of(const Tokenizer& tokenizer);
 
-/// The prompt text of `messages`, ending with the assistant's header when
-/// `add_generation_prompt`. The text never starts with BOS: encode it with
-/// EncodeOptions::add_special so the tokenizer adds BOS where the model wants one, and with
+/// The prompt text of `messages` in the model's own format, with its BOS and EOS texts. When
+/// the tokenizer adds BOS itself (TokenizerData::add_bos), a BOS the template writes first is
+/// left out, so that encoding with EncodeOptions::add_special gives one BOS; encode with
 /// parse_special so the markers become their control tokens.
-std::string render_chat(const ChatFormat& format, std::span<const ChatMessage> messages,
+std::string render_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
                         bool add_generation_prompt = true);
 
 }  // namespace onepass
