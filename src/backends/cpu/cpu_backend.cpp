@@ -73,6 +73,9 @@ struct Plan {
     std::vector<std::vector<const Item*>> by_level(max_level + 1);
     for (size_t i = first; i < end; ++i) by_level[level[i - first]].push_back(&all[i]);
     item_tasks.resize(end - first);
+    // One thread runs a dispatch in one call: a fused kernel's per-call work (the norm of x)
+    // is then done once.
+    const uint64_t tasks_per_dispatch = threads <= 1 ? 1 : static_cast<uint64_t>(threads) * kCpuTasksPerThread;
     for (const auto& group : by_level) {
       Level lv{};
       lv.items_begin = static_cast<uint32_t>(items.size());
@@ -86,7 +89,7 @@ struct Plan {
         check(d.kernel != nullptr && d.kernel->cpu != nullptr, "cpu", "kernel ", d.name(),
               " has no CPU entry point");
         const uint64_t blocks = d.dims.grid.count();
-        const uint64_t chunks = std::min<uint64_t>(blocks, static_cast<uint64_t>(threads) * kCpuTasksPerThread);
+        const uint64_t chunks = std::min<uint64_t>(blocks, tasks_per_dispatch);
         const auto task_begin = static_cast<uint32_t>(tasks.size());
         for (uint64_t c = 0; c < chunks; ++c) tasks.push_back({&d, blocks * c / chunks, blocks * (c + 1) / chunks});
         item_tasks[lv.items_begin + g] = {task_begin, static_cast<uint32_t>(tasks.size())};
