@@ -1,8 +1,8 @@
 // Fusion rules around the matrix-vector product (decode): RMS-norm -> matmul, matmul ->
 // residual add, gate/up matmul -> SiLU x mul, Q/K/V matmul -> RoPE + KV-cache write. They
 // apply on backends that offer matmul_fused for the product (the CUDA one-row and mv
-// kernels); elsewhere the unfused graph runs, and it is the reference the fused kernels are
-// tested against.
+// kernels, the CPU's mv_fused); elsewhere the unfused graph runs, and it is the reference
+// the fused kernels are tested against.
 #include <string>
 
 #include "onepass/exec/backend.h"

@@ -380,6 +380,34 @@ TEST(Llama, BadInputIsAClearError) {
   EXPECT_THROW(make_random_source(bad, DType::f32, 1), Error);
 }
 
+// The CPU's fused decode step (mv_fused: norm, residual, SiLU x up, RoPE + KV write) does
+// the unfused kernels' arithmetic value for value: the same logits bit for bit, with
+// every fusion of the step applied.
+TEST(Llama, CpuFusedDecodeGraphMatchesUnfusedBitForBit) {
+  const uint64_t seed = testing::fresh_seed();
+  for (DType type : {DType::f16, DType::q4_1}) {
+    SCOPED_TRACE(dtype_name(type));
+    const LlamaConfig c = wide();
+    auto src = make_random_source(c, type, seed);
+    auto backend = testing::cpu_backend();
+    LoadOptions fused{.context = 64};
+    LoadOptions plain = fused;
+    plain.capture.fuse = false;
+    LlamaModel a(backend, *src, fused), b(backend, *src, plain);
+    const auto tokens = some_tokens(8, seed, 97);
+    a.prefill(std::span(tokens).first(3));
+    b.prefill(std::span(tokens).first(3));
+    for (size_t t = 3; t < tokens.size(); ++t) {
+      const auto la = a.decode(tokens[t]);
+      const std::vector<float> got(la.begin(), la.end());
+      ASSERT_EQ(std::memcmp(got.data(), b.decode(tokens[t]).data(), got.size() * 4), 0) << "step " << t;
+    }
+    ASSERT_FALSE(c.rope_neox);
+    EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 2));
+    EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
+  }
+}
+
 TEST(Llama, GpuFusedDecodeGraphMatchesUnfused) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
   const uint64_t seed = testing::fresh_seed();

@@ -171,6 +171,31 @@ TEST(ThreadPool, RunsEveryIndexOnceAndPropagatesErrors) {
   EXPECT_EQ(n.load(), 5);
 }
 
+// Workers that sleep between jobs and workers that spin (woken or not, late or not) run
+// every index of every job exactly once, also when jobs follow each other within
+// microseconds or after the spin time has run out.
+TEST(ThreadPool, SpinningAndSleepingWorkersRunEveryJobOnce) {
+  for (auto spin : {std::chrono::nanoseconds(0), std::chrono::nanoseconds(std::chrono::microseconds(200))}) {
+    ThreadPool pool(3, spin);
+    std::vector<std::atomic<int>> hits(64);
+    for (int job = 0; job < 3000; ++job) {
+      const size_t count = 2 + static_cast<size_t>(job) % 63;
+      pool.parallel_for(count, [&](size_t i) { hits[i].fetch_add(1, std::memory_order_relaxed); });
+      for (size_t i = 0; i < hits.size(); ++i) {
+        ASSERT_EQ(hits[i].exchange(0), i < count ? 1 : 0) << "job " << job << " index " << i;
+      }
+      if (job % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the spin
+    }
+    EXPECT_THROW(pool.parallel_for(10, [](size_t i) {
+      if (i == 3) throw Error("test", "boom");
+    }),
+                 Error);
+    std::atomic<int> n{0};
+    pool.parallel_for(7, [&](size_t) { n++; });
+    EXPECT_EQ(n.load(), 7);
+  }
+}
+
 TEST(Options, EnvironmentFillsDefaults) {
   ::setenv("ONEPASS_AUTO_BARRIER", "0", 1);
   ::setenv("ONEPASS_CPU_SCHEDULE", "sequential", 1);

@@ -1,5 +1,6 @@
 #include "cpu_backend.h"
 #include "select.h"
+#include "cpu_launch.h"
 
 #include <sys/sysinfo.h>
 
@@ -31,76 +32,116 @@ struct Item {
   uint32_t group = 0;          // barrier mode: index of its concurrent group
 };
 
-// Runs a list of items level by level: a level is a concurrent group (barrier mode) or
-// the set of dispatches whose dependencies are all in earlier levels (dataflow mode).
-class Scheduler {
- public:
-  Scheduler(CpuBackend& backend, std::string label) : backend_(backend), label_(std::move(label)) {}
+// A run of consecutive blocks of one dispatch: the unit of work a pool thread takes.
+struct Task {
+  const Dispatch* dispatch;
+  uint64_t begin;
+  uint64_t end;
+};
 
-  // Runs items[first, end). Returns the elapsed ns.
-  uint64_t run(const std::vector<Item>& items, size_t first, size_t end, bool dataflow) {
-    const uint64_t start = now_ns();
-    if (first >= end) return 0;
-    const Options& o = backend_.options();
+// items[first, end) as levels: a level is a concurrent group (barrier mode) or the
+// dispatches whose dependencies are all in earlier levels (dataflow mode). Each dispatch's
+// grid is cut into tasks once, so replaying a stored schedule allocates nothing.
+struct Plan {
+  struct Level {
+    uint32_t items_begin, items_end;  // in `items`
+    uint32_t tasks_begin, tasks_end;  // in `tasks`
+  };
+  std::vector<const Item*> items;  // level by level, program order within a level
+  std::vector<std::pair<uint32_t, uint32_t>> item_tasks;  // each item's range in `tasks`
+  std::vector<Task> tasks;  // level by level; within a level, later dispatches first
+  std::vector<Level> levels;
+
+  Plan(const std::vector<Item>& all, size_t first, size_t end, bool dataflow, int threads) {
+    if (first >= end) return;
     std::vector<uint32_t> level(end - first, 0);
     uint32_t max_level = 0;
     for (size_t i = first; i < end; ++i) {
       uint32_t l = 0;
       if (dataflow) {
-        for (uint32_t dep : items[i].deps) {
+        for (uint32_t dep : all[i].deps) {
           check(dep >= first && dep < i, "cpu", "dispatch ", i, " depends on ", dep,
                 " which is not before it in the same run");
           l = std::max(l, level[dep - first] + 1);
         }
       } else {
-        l = items[i].group - items[first].group;
+        l = all[i].group - all[first].group;
       }
       level[i - first] = l;
       max_level = std::max(max_level, l);
     }
-    std::vector<std::vector<const Item*>> levels(max_level + 1);
-    for (size_t i = first; i < end; ++i) levels[level[i - first]].push_back(&items[i]);
+    std::vector<std::vector<const Item*>> by_level(max_level + 1);
+    for (size_t i = first; i < end; ++i) by_level[level[i - first]].push_back(&all[i]);
+    item_tasks.resize(end - first);
+    // One thread runs a dispatch in one call: a fused kernel's per-call work (the norm of x)
+    // is then done once.
+    const uint64_t tasks_per_dispatch = threads <= 1 ? 1 : static_cast<uint64_t>(threads) * kCpuTasksPerThread;
+    for (const auto& group : by_level) {
+      Level lv{};
+      lv.items_begin = static_cast<uint32_t>(items.size());
+      lv.tasks_begin = static_cast<uint32_t>(tasks.size());
+      items.insert(items.end(), group.begin(), group.end());
+      lv.items_end = static_cast<uint32_t>(items.size());
+      // Reverse program order, so that a dispatch reading another's output without a
+      // barrier between them sees stale data.
+      for (size_t g = group.size(); g-- > 0;) {
+        const Dispatch& d = group[g]->dispatch;
+        check(d.kernel != nullptr && d.kernel->cpu != nullptr, "cpu", "kernel ", d.name(),
+              " has no CPU entry point");
+        const uint64_t blocks = d.dims.grid.count();
+        const uint64_t chunks = std::min<uint64_t>(blocks, tasks_per_dispatch);
+        const auto task_begin = static_cast<uint32_t>(tasks.size());
+        for (uint64_t c = 0; c < chunks; ++c) tasks.push_back({&d, blocks * c / chunks, blocks * (c + 1) / chunks});
+        item_tasks[lv.items_begin + g] = {task_begin, static_cast<uint32_t>(tasks.size())};
+      }
+      lv.tasks_end = static_cast<uint32_t>(tasks.size());
+      levels.push_back(lv);
+    }
+  }
+};
+
+// Runs a plan level by level on the backend's pool; within a level, the threads take its
+// tasks one at a time from a shared counter.
+class Scheduler {
+ public:
+  Scheduler(CpuBackend& backend, const std::string& label) : backend_(backend), label_(label) {}
+
+  // Returns the elapsed ns.
+  uint64_t run(const Plan& plan) {
+    const uint64_t start = now_ns();
+    if (plan.levels.empty()) return 0;
+    const Options& o = backend_.options();
     const bool one_at_a_time = o.force_serial || o.cpu_schedule == CpuSchedule::sequential ||
                                o.check_annotations || o.profile_dispatches;
-    uint32_t index = 0;
-    for (uint32_t l = 0; l <= max_level; ++l) {
-      auto& group = levels[l];
-      if (one_at_a_time || group.size() == 1) {
-        for (const Item* item : group) run_one(item->dispatch, index++, l, start);
+    const Task* tasks = plan.tasks.data();
+    for (uint32_t l = 0; l < plan.levels.size(); ++l) {
+      const Plan::Level& lv = plan.levels[l];
+      if (one_at_a_time) {
+        for (uint32_t i = lv.items_begin; i < lv.items_end; ++i) {
+          run_one(plan, i, l, start);
+        }
       } else {
-        run_concurrently(group);
-        index += static_cast<uint32_t>(group.size());
+        const Task* level_tasks = tasks + lv.tasks_begin;
+        backend_.pool().parallel_for(lv.tasks_end - lv.tasks_begin, [level_tasks](size_t i) { run_task(level_tasks[i]); });
       }
     }
     return now_ns() - start;
   }
 
  private:
-  static void check_dispatch(const Dispatch& d) {
-    check(d.kernel != nullptr && d.kernel->cpu != nullptr, "cpu", "kernel ", d.name(),
-          " has no CPU entry point");
+  static void run_task(const Task& t) {
+    if (t.begin < t.end) t.dispatch->kernel->cpu(t.dispatch->args_data(), t.dispatch->dims, t.begin, t.end);
   }
 
-  size_t chunks_for(uint64_t blocks) const {
-    const auto threads = static_cast<uint64_t>(backend_.pool().size());
-    return static_cast<size_t>(std::min<uint64_t>(blocks, threads * 4));
-  }
-
-  static void run_chunk(const Dispatch& d, uint64_t blocks, size_t chunks, size_t c) {
-    const uint64_t begin = blocks * c / chunks;
-    const uint64_t stop = blocks * (c + 1) / chunks;
-    if (begin < stop) d.kernel->cpu(d.args_data(), d.dims, begin, stop);
-  }
-
-  void run_one(const Dispatch& d, uint32_t index, uint32_t lane, uint64_t submission_start) {
-    check_dispatch(d);
+  void run_one(const Plan& plan, uint32_t index, uint32_t lane, uint64_t submission_start) {
+    const Dispatch& d = plan.items[index]->dispatch;
     const Options& o = backend_.options();
     std::vector<std::pair<uint64_t, std::vector<std::byte>>> before;
     if (o.check_annotations) before = snapshot();
-    const uint64_t blocks = d.dims.grid.count();
-    const size_t chunks = chunks_for(blocks);
+    const auto [first_task, end_task] = plan.item_tasks[index];
+    const Task* tasks = plan.tasks.data() + first_task;
     const uint64_t t0 = now_ns();
-    backend_.pool().parallel_for(chunks, [&](size_t c) { run_chunk(d, blocks, chunks, c); });
+    backend_.pool().parallel_for(end_task - first_task, [tasks](size_t i) { run_task(tasks[i]); });
     const uint64_t t1 = now_ns();
     if (o.check_annotations) verify(d, before);
     if (o.profile_dispatches) {
@@ -111,30 +152,6 @@ class Scheduler {
       s.end_ns = t1 - submission_start;
       Profiler::global().record_dispatch(std::move(s));
     }
-  }
-
-  // All dispatches of a group at once, their chunks queued in reverse program order so
-  // that a dispatch reading another's output without a barrier between them sees stale
-  // data.
-  void run_concurrently(const std::vector<const Item*>& group) {
-    struct Task {
-      const Dispatch* d;
-      uint64_t blocks;
-      size_t chunks;
-      size_t chunk;
-    };
-    std::vector<Task> tasks;
-    for (auto it = group.rbegin(); it != group.rend(); ++it) {
-      const Dispatch& d = (*it)->dispatch;
-      check_dispatch(d);
-      const uint64_t blocks = d.dims.grid.count();
-      const size_t chunks = chunks_for(blocks);
-      for (size_t c = 0; c < chunks; ++c) tasks.push_back({&d, blocks, chunks, c});
-    }
-    backend_.pool().parallel_for(tasks.size(), [&](size_t i) {
-      const Task& t = tasks[i];
-      run_chunk(*t.d, t.blocks, t.chunks, t.chunk);
-    });
   }
 
   std::vector<std::pair<uint64_t, std::vector<std::byte>>> snapshot() const {
@@ -164,18 +181,18 @@ class Scheduler {
   }
 
   CpuBackend& backend_;
-  std::string label_;
+  const std::string& label_;
 };
 
 class CpuExecutable final : public Executable {
  public:
   CpuExecutable(CpuBackend& backend, std::vector<Item> items, bool dataflow, std::string label)
-      : backend_(backend), items_(std::move(items)), dataflow_(dataflow), label_(std::move(label)) {}
+      : backend_(backend),
+        items_(std::move(items)),
+        plan_(items_, 0, items_.size(), dataflow, backend.pool().size()),
+        label_(std::move(label)) {}
 
-  void launch() override {
-    Scheduler scheduler(backend_, label_);
-    last_ns_ = scheduler.run(items_, 0, items_.size(), dataflow_);
-  }
+  void launch() override { last_ns_ = Scheduler(backend_, label_).run(plan_); }
   void wait() override {}
   std::optional<uint64_t> gpu_time_ns() const override { return last_ns_; }
   void set_timing(bool) override {}  // the CPU always measures (steady_clock)
@@ -184,7 +201,7 @@ class CpuExecutable final : public Executable {
  private:
   CpuBackend& backend_;
   std::vector<Item> items_;
-  bool dataflow_;
+  Plan plan_;  // points into items_
   std::string label_;
   std::optional<uint64_t> last_ns_;
 };
@@ -234,8 +251,8 @@ class CpuSubmission final : public Submission {
 
  private:
   void run_pending() {
-    Scheduler scheduler(backend_, label_);
-    elapsed_ns_ += scheduler.run(items_, executed_, items_.size(), dataflow_);
+    const Plan plan(items_, executed_, items_.size(), dataflow_, backend_.pool().size());
+    elapsed_ns_ += Scheduler(backend_, label_).run(plan);
     executed_ = items_.size();
   }
 

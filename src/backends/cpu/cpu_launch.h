@@ -19,4 +19,8 @@ inline constexpr int64_t kCpuMvRowsPerBlock = 16;
 inline constexpr int64_t kCpuMmRowsPerBlock = 16;
 inline constexpr int64_t kCpuMmColsPerBlock = 64;
 
+/// Tasks a dispatch's blocks are cut into per pool thread; threads take them one at a time,
+/// so more tasks even out uneven threads at the cost of one shared-counter increment each.
+inline constexpr uint64_t kCpuTasksPerThread = 4;
+
 }  // namespace onepass::cpu

@@ -116,6 +116,20 @@ KernelChoice matmul(const Backend& b, const KernelRequest& r) {
   return named(b, cat(mv ? "mv_" : "mm_", dtype_name(r.type), "_f32"), product_dims(mv, r.rows, r.cols, r.op));
 }
 
+// The matrix-vector product with its fused norm, SiLU x up, residual add or RoPE + KV write
+// (mv_fused.cpp). The RoPE epilogue needs each pair (2i, 2i + 1) inside one block: blocks
+// start at multiples of kCpuMvRowsPerBlock, which is even.
+KernelChoice matmul_fused(const Backend& b, const KernelRequest& r) {
+  static_assert(kCpuMvRowsPerBlock % 2 == 0);
+  const auto& a = r.args_as<ops::FusedMatvecArgs>();
+  if (r.rows > ops::kMatmulMvMaxRows) return {};
+  if (a.rope.positions != nullptr) {
+    const DType c = a.rope.cache_type;
+    if (r.rows != 1 || a.rope.head_dim % 2 != 0 || (c != DType::f32 && c != DType::f16 && c != DType::bf16)) return {};
+  }
+  return named(b, cat("mv_fused_", dtype_name(r.type), "_f32"), product_dims(true, r.rows, r.cols, r.op));
+}
+
 KernelChoice matmul_affine(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::AffineMatmulArgs>();
   const bool mv = r.rows <= ops::kMatmulMvMaxRows;
@@ -160,6 +174,7 @@ void register_cpu_selectors(KernelSelectors& s) {
   s.add("flash_decode", flash_decode);
   s.add("flash_decode_merge", flash_decode_merge);
   s.add("matmul", matmul);
+  s.add("matmul_fused", matmul_fused);
   s.add("matmul_affine", matmul_affine);
   s.add("matmul_id", matmul_id);
   s.add("matmul_id_group", matmul_id_group);

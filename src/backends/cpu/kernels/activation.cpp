@@ -6,6 +6,7 @@
 
 #include "../cpu_kernels.h"
 #include "float_types.h"
+#include "row_math.h"
 #include "onepass/ops/elementwise.h"
 
 namespace onepass::cpu {
@@ -18,11 +19,6 @@ inline float gelu(float x) {
   constexpr float kCubic = 0.044715f;
   const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
   return 0.5f * x * (1.0f + std::tanh(u));
-}
-
-// exp(-x) overflows to inf for x < -88, giving x / inf = -0: the right limit.
-inline float silu(float x) {
-  return x / (1.0f + std::exp(-x));
 }
 
 template <DType T, Unary kOp>

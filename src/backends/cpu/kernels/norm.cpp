@@ -5,6 +5,7 @@
 
 #include "../cpu_kernels.h"
 #include "float_types.h"
+#include "row_math.h"
 
 namespace onepass::cpu {
 namespace {
@@ -18,14 +19,7 @@ void rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_
     const auto r = static_cast<int64_t>(row);
     const S* x = static_cast<const S*>(a.x) + r * a.x_stride;
     S* o = static_cast<S*>(a.out) + r * a.out_stride;
-    // Sum of squares in double: the row's norm is then exact to f32 rounding whatever
-    // the length, and the value does not depend on how the work was split.
-    double sum = 0.0;
-    for (int64_t c = 0; c < a.cols; ++c) {
-      const double v = E::load(x[c]);
-      sum += v * v;
-    }
-    const float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(a.cols) + a.eps));
+    const float inv = rms_inverse([x](int64_t c) { return E::load(x[c]); }, a.cols, a.eps);
     const S* s = nullptr;
     if constexpr (kScale) s = static_cast<const S*>(a.scale) + r * a.scale_row_step * a.scale_stride;
     for (int64_t c = 0; c < a.cols; ++c) {

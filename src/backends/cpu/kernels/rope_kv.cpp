@@ -6,6 +6,7 @@
 #include "onepass/ops/rope.h"
 #include "../cpu_kernels.h"
 #include "float_types.h"
+#include "row_math.h"
 
 namespace onepass::cpu {
 namespace {
@@ -27,12 +28,8 @@ void rope_kv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t
         sines[static_cast<size_t>(i)] = a.cos_sin_in[2 * i + 1];
         continue;
       }
-      const float exponent = -static_cast<float>(2 * i) / static_cast<float>(a.rotary_dims);
-      float inv_freq = std::pow(a.theta, exponent) * a.freq_scale;
-      if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
-      const float angle = static_cast<float>(position) * inv_freq;
-      cosines[static_cast<size_t>(i)] = std::cos(angle);
-      sines[static_cast<size_t>(i)] = std::sin(angle);
+      rope_cos_sin(i, position, a.rotary_dims, a.theta, a.freq_scale, a.freq_factors, cosines[static_cast<size_t>(i)],
+                   sines[static_cast<size_t>(i)]);
       if (a.cos_sin_out != nullptr) {  // RopeCosSin::store (one token)
         a.cos_sin_out[2 * i] = cosines[static_cast<size_t>(i)];
         a.cos_sin_out[2 * i + 1] = sines[static_cast<size_t>(i)];

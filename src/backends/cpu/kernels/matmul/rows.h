@@ -31,8 +31,10 @@ RowKernels dense_row_kernels(DType w, Isa isa);    // f32, f16, bf16 (dense.cpp)
 RowKernels block32_row_kernels(DType w, Isa isa);  // q4_0, q4_1, q8_0 (block32.cpp)
 RowKernels kquant_row_kernels(DType w, Isa isa);   // q4_k, q5_k, q6_k (kquant.cpp)
 
-/// The CpuKernelFn of mv_<w>_f32 (mv.cpp) and mm_<w>_f32 (mm.cpp).
+/// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
+/// (mv_fused.cpp).
 CpuKernelFn mv_kernel(DType w);
 CpuKernelFn mm_kernel(DType w);
+CpuKernelFn mv_fused_kernel(DType w);
 
 }  // namespace onepass::cpu

@@ -1,0 +1,37 @@
+// Per-value arithmetic shared by a CPU kernel and the fused kernels that fold it in, so a
+// fused kernel computes exactly what the unfused pair does.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace onepass::cpu {
+
+/// 1 / rms of a row, the sum of squares in double: exact to f32 rounding whatever the
+/// length, and independent of how the work was split. `load` reads a value as f32.
+template <typename Load>
+float rms_inverse(Load&& load, int64_t cols, float eps) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < cols; ++c) {
+    const double v = load(c);
+    sum += v * v;
+  }
+  return static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(cols) + eps));
+}
+
+/// The angle of RoPE pair i (of rotary_dims / 2) at `position` as (cos, sin):
+/// position * theta^(-2i / rotary_dims) * freq_scale, divided by freq_factors[i] if given.
+inline void rope_cos_sin(int64_t i, int32_t position, int32_t rotary_dims, float theta, float freq_scale,
+                         const float* freq_factors, float& cosine, float& sine) {
+  const float exponent = -static_cast<float>(2 * i) / static_cast<float>(rotary_dims);
+  float inv_freq = std::pow(theta, exponent) * freq_scale;
+  if (freq_factors != nullptr) inv_freq /= freq_factors[i];
+  const float angle = static_cast<float>(position) * inv_freq;
+  cosine = std::cos(angle);
+  sine = std::sin(angle);
+}
+
+/// exp(-x) overflows to inf for x < -88, giving x / inf = -0: the right limit.
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace onepass::cpu
