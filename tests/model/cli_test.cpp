@@ -138,6 +138,25 @@ TEST_F(CliTest, GenerateWithTheDefaultModel) {
   EXPECT_NE(chat.out.find("Paris"), std::string::npos) << chat.out;
 }
 
+TEST_F(CliTest, GreedyGenerationFillsASmallContext) {
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " not installed (scripts/setup)";
+  // Greedy runs compute several tokens ahead of printing them; with a context smaller than
+  // prompt + tokens, every position of the context still yields a printed token: the
+  // prefill's, then one per decode step (ctx - prompt of them), as sampling prints.
+  for (const std::vector<std::string>& mode : {std::vector<std::string>{}, std::vector<std::string>{"--temp", "0.5"}}) {
+    std::vector<std::string> args = {"generate", "-p", "The capital of France is", "-n", "50", "--ctx", "20",
+                                     "--backend", "cpu", "--seed", "1"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    const ToolRun r = run(args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::smatch prompt, stopped;
+    ASSERT_TRUE(std::regex_search(r.err, prompt, std::regex(R"(prompt: (\d+) tokens)"))) << r.err;
+    ASSERT_TRUE(std::regex_search(r.err, stopped, std::regex(R"(stopped after (\d+) tokens)"))) << r.err;
+    EXPECT_EQ(std::stoi(stopped[1]), 20 - std::stoi(prompt[1]) + 1) << (mode.empty() ? "greedy" : "sampled") << "\n"
+                                                                      << r.err;
+  }
+}
+
 TEST_F(CliTest, InspectPrintsTensorsAndTotals) {
   const fs::path tiny = make_tiny();
   const ToolRun r = run({"inspect", tiny.string()});

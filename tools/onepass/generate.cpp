@@ -128,7 +128,9 @@ int run_generate(const GenerateArgs& args) {
     std::fflush(stdout);
     ++generated;
     if (generated == args.tokens) break;
-    if (llama.position() >= llama.context()) {
+    // A greedy run has advanced the position past the tokens still pending: those were
+    // computed inside the context and are printed before the context counts as full.
+    if (pending.empty() && llama.position() >= llama.context()) {
       context_full = true;
       break;
     }
