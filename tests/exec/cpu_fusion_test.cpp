@@ -18,27 +18,8 @@
 namespace onepass {
 namespace {
 
-TensorView poisoned_tensor(Backend& backend, Shape shape, DType t = DType::f32) {
-  const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
-                                       : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
-  TensorView v(backend.alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
-  v.view.fill(testing::kPoisonByte);
-  return v;
-}
-
-// A [rows, cols] weight of `type` holding random values in [-0.5, 0.5].
-TensorView random_weights(Backend& backend, DType type, int64_t rows, int64_t cols, uint64_t seed) {
-  TensorView w = poisoned_tensor(backend, Shape{rows, cols}, type);
-  const auto values = testing::random_floats(static_cast<size_t>(rows * cols), seed, -0.5f, 0.5f);
-  if (dtype_is_quantized(type)) {
-    std::vector<uint8_t> bytes(w.view.size());
-    quantize(type, values.data(), rows * cols, bytes.data());
-    w.view.write(std::span<const uint8_t>(bytes));
-  } else {
-    testing::upload_floats(w, values);
-  }
-  return w;
-}
+using testing::poisoned_tensor;
+using testing::random_weights;
 
 // norm -> product -> residual add; norm -> gate/up product -> SiLU x up; product ->
 // residual add: the three fused shapes of a decode layer (five fusions).

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "onepass/ops/quant.h"
 #include "support/synthetic.h"
 
 namespace onepass::testing {
@@ -162,6 +163,27 @@ void TempDirTest::SetUp() {
 void TempDirTest::TearDown() {
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
+}
+
+TensorView poisoned_tensor(Backend& backend, Shape shape, DType t) {
+  const uint64_t row = t == DType::f32 ? static_cast<uint64_t>(shape.cols()) * 4
+                                       : static_cast<uint64_t>(shape.cols()) / dtype_block_elems(t) * dtype_size(t);
+  TensorView v(backend.alloc(row * static_cast<uint64_t>(shape.rows())), t, shape, row);
+  v.view.fill(kPoisonByte);
+  return v;
+}
+
+TensorView random_weights(Backend& backend, DType type, int64_t rows, int64_t cols, uint64_t seed) {
+  TensorView w = poisoned_tensor(backend, Shape{rows, cols}, type);
+  const auto values = random_floats(static_cast<size_t>(rows * cols), seed, -0.5f, 0.5f);
+  if (dtype_is_quantized(type)) {
+    std::vector<uint8_t> bytes(w.view.size());
+    quantize(type, values.data(), rows * cols, bytes.data());
+    w.view.write(std::span<const uint8_t>(bytes));
+  } else {
+    upload_floats(w, values);
+  }
+  return w;
 }
 
 }  // namespace onepass::testing

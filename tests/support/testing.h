@@ -37,6 +37,12 @@ inline constexpr uint8_t kPoisonByte = 0xFF;
 
 /// Writes host floats into a tensor of any float dtype (converting).
 void upload_floats(const TensorView& t, const std::vector<float>& values);
+/// A [rows, cols] tensor of dense rows of type t (whole blocks for the block formats),
+/// filled with kPoisonByte.
+TensorView poisoned_tensor(Backend& backend, Shape shape, DType t = DType::f32);
+/// A [rows, cols] weight of `type` holding random values in [-0.5, 0.5] (quantized for the
+/// block formats).
+TensorView random_weights(Backend& backend, DType type, int64_t rows, int64_t cols, uint64_t seed);
 /// Reads a float tensor of any float dtype as f32 (row stride honoured).
 std::vector<float> download_floats(const TensorView& t);
 /// Rounds through the dtype (what storing then loading does).
