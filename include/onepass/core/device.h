@@ -23,6 +23,7 @@ struct DeviceInfo {
   BackendKind kind = BackendKind::cpu;
   int ordinal = 0;
   int threads = 1;                  // CPU: worker threads; CUDA: 0
+  std::string isa;                  // CPU: instruction-set path of the kernels ("avx512", "avx2", "portable")
   int multiprocessors = 0;          // CUDA SMs
   int compute_major = 0;            // CUDA compute capability
   int compute_minor = 0;

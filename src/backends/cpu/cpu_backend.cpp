@@ -1,6 +1,7 @@
 #include "cpu_backend.h"
 #include "select.h"
 #include "cpu_launch.h"
+#include "kernels/quant_blocks.h"
 
 #include <sys/sysinfo.h>
 
@@ -274,6 +275,11 @@ CpuBackend::CpuBackend(const Options& options) : Backend(options), pool_(options
   info_.name = cat("cpu (", pool_.size(), " threads)");
   info_.kind = BackendKind::cpu;
   info_.threads = pool_.size();
+  switch (active_isa()) {
+    case Isa::portable: info_.isa = "portable"; break;
+    case Isa::avx2: info_.isa = "avx2"; break;
+    case Isa::avx512: info_.isa = "avx512"; break;
+  }
   struct sysinfo si {};
   if (sysinfo(&si) == 0) info_.total_memory = static_cast<size_t>(si.totalram) * si.mem_unit;
   register_cpu_kernels(registry_);
