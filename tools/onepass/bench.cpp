@@ -307,6 +307,7 @@ void print_text(const BenchHeader& h, const std::vector<BenchRow>& rows, int rep
 
 int run_bench(const BenchArgs& args) {
   const char* where = "bench";
+  constexpr int64_t kWarmUpSteps = 4;
   constexpr int64_t kMaxTokens = int64_t{1} << 20;
   const std::vector<int64_t> prefills = parse_list(args.prefill, "-p/--prefill", 1, kMaxTokens);
   const std::vector<int64_t> decodes = parse_list(args.decode, "-n/--decode", 1, kMaxTokens);
@@ -349,8 +350,9 @@ int run_bench(const BenchArgs& args) {
     const ReadBandwidth read = cpu ? measure_read_bandwidth(std::max(1, used_threads)) : ReadBandwidth{};
 
     model::LoadOptions load;
+    // The longest run, and room for the warm-up's kWarmUpSteps after the longest prefill.
     load.context = *std::max_element(prefills.begin(), prefills.end()) +
-                   *std::max_element(decodes.begin(), decodes.end()) + 1;
+                   std::max(*std::max_element(decodes.begin(), decodes.end()), kWarmUpSteps) + 1;
     load.max_batch = args.batch;
     load.fed_steps_per_graph = args.steps_per_graph;
     load.l2_prefetch_bytes = static_cast<int64_t>(args.l2_prefetch_mib * (1 << 20));
@@ -385,7 +387,7 @@ int run_bench(const BenchArgs& args) {
         const double cold0 = now_seconds();
         int32_t token = model::argmax(llama.prefill(random_tokens(prefill)));
         row.prefill_cold_ms = (now_seconds() - cold0) * 1e3;
-        token = llama.decode_greedy_run(token, 4).back();  // records both decode graphs
+        token = llama.decode_greedy_run(token, kWarmUpSteps).back();  // records both decode graphs
         for (int rep = 0; rep < args.reps; ++rep) {
           show(format("t=%lld pp%lld tg%lld: rep %d/%d", static_cast<long long>(threads),
                       static_cast<long long>(prefill), static_cast<long long>(decode), rep + 1, args.reps));
