@@ -128,6 +128,8 @@ TEST_F(CliTest, HelpOfEveryCommand) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--help"},
                                              {"generate", "--help"},
+                                             {"chat", "--help"},
+                                             {"profile", "--help"},
                                              {"bench", "--help"},
                                              {"inspect", "--help"},
                                              {"make-model", "--help"}}) {
@@ -598,6 +600,11 @@ TEST_F(CliTest, WarnsPastTheTrainingContext) {
   ASSERT_EQ(past.status, 0) << past.err;
   EXPECT_NE(past.err.find("[generate] warning: the prompt ("), std::string::npos) << past.err;
   EXPECT_NE(past.err.find("past the model's training context of 16"), std::string::npos) << past.err;
+  const ToolRun chat = run_with_input({"chat", "-m", tiny.string(), "-n", "4", "-c", "64", "--backend", "cpu"}, "hi\n");
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_NE(chat.err.find("[chat] warning: the context of 64 tokens (-c) is past the model's training context of 16"),
+            std::string::npos)
+      << chat.err;
   const ToolRun within = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "2", "--backend", "cpu"});
   ASSERT_EQ(within.status, 0) << within.err;
   EXPECT_EQ(within.err.find("warning"), std::string::npos) << within.err;

@@ -63,6 +63,12 @@ int run_chat(const ChatArgs& args) {
   // The training context, at most 4096 tokens unless -c says otherwise.
   const int64_t context =
       args.context > 0 ? args.context : std::min<int64_t>(source->config().train_context, 4096);
+  if (context > source->config().train_context) {
+    std::fprintf(stderr,
+                 "[chat] warning: the context of %lld tokens (-c) is past the model's training "
+                 "context of %lld; answers past it may degrade\n",
+                 static_cast<long long>(context), static_cast<long long>(source->config().train_context));
+  }
   check(args.tokens < context, where, "-n/--tokens ", args.tokens,
         " leaves no room for a message in the context of ", context, " tokens (-c/--ctx)");
 
@@ -162,6 +168,7 @@ int run_chat(const ChatArgs& args) {
     }
     messages.push_back({"assistant", result.text});
   }
+  if (interactive) std::fputc('\n', stderr);  // end the "> " line Ctrl-D left
   return status;
 }
 
