@@ -143,7 +143,7 @@ struct BenchRow {
   size_t bytes_per_token = 0;
   double average_kv = 0;
   CopyBandwidth copy;
-  ReadBandwidth read;  // CPU only
+  ReadBandwidth read;           // CPU only
   double floor_tok_s = 0;       // from the copy bandwidth
   double read_floor_tok_s = 0;  // CPU: from the read bandwidth
   std::optional<CaptureStats> stats;
@@ -205,17 +205,20 @@ nlohmann::json row_json(const BenchHeader& h, const BenchRow& r, int reps) {
 
 // The floor a row is judged against: the read bandwidth's on the CPU (a decode step reads
 // its weights; it writes little), the copy bandwidth's on the GPU.
-double row_floor(const BenchRow& r) { return r.read.bytes > 0 ? r.read_floor_tok_s : r.floor_tok_s; }
+double row_floor(const BenchRow& r) {
+  return r.read.bytes > 0 ? r.read_floor_tok_s : r.floor_tok_s;
+}
 
 std::string rate_text(const std::vector<double>& rates) {
   return format("%.1f ± %.1f", mean(rates), stddev(rates));
 }
 
 // One row per test, as llama-bench prints them: ppN (prefill) and tgN (decode).
-std::vector<std::vector<std::string>> table_rows(const BenchHeader& h, const std::vector<BenchRow>& rows) {
+std::vector<std::vector<std::string>> table_rows(const BenchHeader& h,
+                                                 const std::vector<BenchRow>& rows) {
   std::vector<std::vector<std::string>> out;
-  out.push_back({"model", "size", "backend", "threads", "test", "t/s (mean ± sd)", "median", "floor t/s",
-                 "% floor"});
+  out.push_back({"model", "size", "backend", "threads", "test", "t/s (mean ± sd)", "median",
+                 "floor t/s", "% floor"});
   const std::string name = std::filesystem::path(h.model).filename().string();
   for (const BenchRow& r : rows) {
     const std::string threads = std::to_string(r.threads);
@@ -247,8 +250,8 @@ std::string build_line() {
 
 void print_markdown(const BenchHeader& h, const std::vector<BenchRow>& rows, int reps) {
   std::printf("%s; %s; CPU: %s%s; %d reps (mean ± sample stddev)\n\n", build_line().c_str(),
-              h.device.c_str(), h.cpu_model.c_str(), h.isa.empty() ? "" : (", ISA " + h.isa).c_str(),
-              reps);
+              h.device.c_str(), h.cpu_model.c_str(),
+              h.isa.empty() ? "" : (", ISA " + h.isa).c_str(), reps);
   const auto table = table_rows(h, rows);
   for (size_t i = 0; i < table.size(); ++i) {
     std::string line = "|";
@@ -266,10 +269,12 @@ void print_text(const BenchHeader& h, const std::vector<BenchRow>& rows, int rep
   std::printf("build:    %s\n", build_line().c_str());
   std::printf("model:    %s\n          %s\n", h.model.c_str(), h.config.c_str());
   std::printf("device:   %s\n", h.device.c_str());
-  std::printf("cpu:      %s%s\n", h.cpu_model.c_str(), h.isa.empty() ? "" : cat(" (ISA path ", h.isa, ")").c_str());
-  std::printf("runs:     %d reps per configuration, each from an empty cache: a prefill of random tokens,\n"
-              "          then greedy decode steps on the device (mean ± sample stddev, and the median)\n\n",
-              reps);
+  std::printf("cpu:      %s%s\n", h.cpu_model.c_str(),
+              h.isa.empty() ? "" : cat(" (ISA path ", h.isa, ")").c_str());
+  std::printf(
+      "runs:     %d reps per configuration, each from an empty cache: a prefill of random tokens,\n"
+      "          then greedy decode steps on the device (mean ± sample stddev, and the median)\n\n",
+      reps);
   const auto table = table_rows(h, rows);
   std::vector<size_t> widths(table[0].size(), 0);
   for (const auto& row : table) {
@@ -277,31 +282,38 @@ void print_text(const BenchHeader& h, const std::vector<BenchRow>& rows, int rep
   }
   for (const auto& row : table) {
     std::string line;
-    for (size_t c = 0; c < row.size(); ++c) line += (c ? "  " : "") + pad(row[c], widths[c], c >= 3);
+    for (size_t c = 0; c < row.size(); ++c)
+      line += (c ? "  " : "") + pad(row[c], widths[c], c >= 3);
     std::printf("%s\n", line.c_str());
   }
   std::printf("\n");
   for (const BenchRow& r : rows) {
-    std::printf("threads %d, pp%lld tg%lld: first prefill (recording its graph) %.1f ms; decode %.3f ms/token, "
-                "host %.1f us/step%s\n",
-                r.threads, static_cast<long long>(r.prefill), static_cast<long long>(r.decode), r.prefill_cold_ms,
-                1e3 / median(r.decode_rates), median(r.host_step_us),
-                h.backend == "cpu" ? " (execution included on the CPU)" : "");
+    std::printf(
+        "threads %d, pp%lld tg%lld: first prefill (recording its graph) %.1f ms; decode %.3f "
+        "ms/token, "
+        "host %.1f us/step%s\n",
+        r.threads, static_cast<long long>(r.prefill), static_cast<long long>(r.decode),
+        r.prefill_cold_ms, 1e3 / median(r.decode_rates), median(r.host_step_us),
+        h.backend == "cpu" ? " (execution included on the CPU)" : "");
     std::printf("  kernels: %zu per token, %.1f per layer", r.dispatches,
                 static_cast<double>(r.dispatches) / static_cast<double>(h.layers));
-    if (r.stats) std::printf(" (%zu recorded, %u fused)", r.stats->nodes_recorded, r.stats->fusions);
+    if (r.stats)
+      std::printf(" (%zu recorded, %u fused)", r.stats->nodes_recorded, r.stats->fusions);
     std::printf("\n  floor: %s weights + %s KV (avg %.0f tokens) = %s per token\n",
-                format_bytes(h.weight_bytes).c_str(), format_bytes(r.kv_bytes).c_str(), r.average_kv,
-                format_bytes(r.bytes_per_token).c_str());
+                format_bytes(h.weight_bytes).c_str(), format_bytes(r.kv_bytes).c_str(),
+                r.average_kv, format_bytes(r.bytes_per_token).c_str());
     if (r.read.bytes > 0) {
-      std::printf("         memory read %.1f GB/s (%d thread%s, %s buffer) -> %.1f tok/s; decode reaches %.1f%%\n",
-                  r.read.bytes_per_second / 1e9, r.read.threads, r.read.threads == 1 ? "" : "s",
-                  format_bytes(r.read.bytes).c_str(),
-                  r.read_floor_tok_s, 100.0 * median(r.decode_rates) / r.read_floor_tok_s);
+      std::printf(
+          "         memory read %.1f GB/s (%d thread%s, %s buffer) -> %.1f tok/s; decode reaches "
+          "%.1f%%\n",
+          r.read.bytes_per_second / 1e9, r.read.threads, r.read.threads == 1 ? "" : "s",
+          format_bytes(r.read.bytes).c_str(), r.read_floor_tok_s,
+          100.0 * median(r.decode_rates) / r.read_floor_tok_s);
     }
-    std::printf("         copy %.1f GB/s read + write (%s timed) -> %.1f tok/s; decode reaches %.1f%%\n",
-                r.copy.bytes_per_second / 1e9, r.copy.device_timed ? "device" : "host", r.floor_tok_s,
-                100.0 * median(r.decode_rates) / r.floor_tok_s);
+    std::printf(
+        "         copy %.1f GB/s read + write (%s timed) -> %.1f tok/s; decode reaches %.1f%%\n",
+        r.copy.bytes_per_second / 1e9, r.copy.device_timed ? "device" : "host", r.floor_tok_s,
+        100.0 * median(r.decode_rates) / r.floor_tok_s);
   }
 }
 
@@ -314,8 +326,10 @@ int run_bench(const BenchArgs& args) {
   const std::vector<int64_t> thread_counts = parse_list(args.threads, "-t/--threads", 0, 1024);
   check(args.reps >= 1, where, "-r/--reps must be at least 1, got ", args.reps);
   check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
-  check(args.steps_per_graph >= 1, where, "--steps-per-graph must be at least 1, got ", args.steps_per_graph);
-  check(args.l2_prefetch_mib >= 0, where, "--l2-prefetch-mib must not be negative, got ", args.l2_prefetch_mib);
+  check(args.steps_per_graph >= 1, where, "--steps-per-graph must be at least 1, got ",
+        args.steps_per_graph);
+  check(args.l2_prefetch_mib >= 0, where, "--l2-prefetch-mib must not be negative, got ",
+        args.l2_prefetch_mib);
   check(args.output == "text" || args.output == "md" || args.output == "json", where,
         "-o/--output: expected text, md or json, got '", args.output, "'");
   const std::string output = args.json ? "json" : args.output;
@@ -347,7 +361,8 @@ int run_bench(const BenchArgs& args) {
 
     show("measuring memory bandwidth");
     const CopyBandwidth copy = measure_copy_bandwidth(backend);
-    const ReadBandwidth read = cpu ? measure_read_bandwidth(std::max(1, used_threads)) : ReadBandwidth{};
+    const ReadBandwidth read =
+        cpu ? measure_read_bandwidth(std::max(1, used_threads)) : ReadBandwidth{};
 
     model::LoadOptions load;
     // The longest run, and room for the warm-up's kWarmUpSteps after the longest prefill.
@@ -357,7 +372,8 @@ int run_bench(const BenchArgs& args) {
     load.fed_steps_per_graph = args.steps_per_graph;
     load.l2_prefetch_bytes = static_cast<int64_t>(args.l2_prefetch_mib * (1 << 20));
     load.progress = [&](double fraction, const std::string& name) {
-      if (!quiet) progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
+      if (!quiet)
+        progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
     };
     model::LlamaModel llama(backend, *source, load);
     header.weight_bytes = llama.weight_bytes();
@@ -390,7 +406,8 @@ int run_bench(const BenchArgs& args) {
         token = llama.decode_greedy_run(token, kWarmUpSteps).back();  // records both decode graphs
         for (int rep = 0; rep < args.reps; ++rep) {
           show(format("t=%lld pp%lld tg%lld: rep %d/%d", static_cast<long long>(threads),
-                      static_cast<long long>(prefill), static_cast<long long>(decode), rep + 1, args.reps));
+                      static_cast<long long>(prefill), static_cast<long long>(decode), rep + 1,
+                      args.reps));
           llama.reset();
           const std::vector<int32_t> prompt = random_tokens(prefill);
           const double t0 = now_seconds();
@@ -411,7 +428,8 @@ int run_bench(const BenchArgs& args) {
         row.kv_bytes = llama.kv_bytes_read(static_cast<int64_t>(row.average_kv + 0.5));
         row.bytes_per_token = llama.weight_bytes() + row.kv_bytes;
         row.floor_tok_s = copy.bytes_per_second / static_cast<double>(row.bytes_per_token);
-        if (cpu) row.read_floor_tok_s = read.bytes_per_second / static_cast<double>(row.bytes_per_token);
+        if (cpu)
+          row.read_floor_tok_s = read.bytes_per_second / static_cast<double>(row.bytes_per_token);
         if (llama.decode_graph() != nullptr) row.stats = llama.decode_graph()->stats();
         rows.push_back(std::move(row));
       }
@@ -453,17 +471,23 @@ Command add_bench_command(CLI::App& parent) {
       "bench", "Measure prefill and decode tokens/s and the memory-bandwidth floor");
   app->footer(
       "-p, -n and -t take comma lists (-p 128,512 -n 128 -t 1,2) and every combination is run.\n"
-      "Decode is greedy (argmax on the device) after a prefill of random token ids; each rep starts\n"
-      "from an empty cache. The floor is (weight bytes + KV bytes read at the average KV length) per\n"
-      "token against a measured bandwidth: on the CPU a multi-threaded read of a 256 MiB buffer (the\n"
+      "Decode is greedy (argmax on the device) after a prefill of random token ids; each rep "
+      "starts\n"
+      "from an empty cache. The floor is (weight bytes + KV bytes read at the average KV length) "
+      "per\n"
+      "token against a measured bandwidth: on the CPU a multi-threaded read of a 256 MiB buffer "
+      "(the\n"
       "copy bandwidth is shown too), on CUDA the read + write bytes of a 1 GiB device copy.");
   app->add_option("-m,--model", args->model,
                   "GGUF file or MLX directory (default: the default model)");
   app->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
-  app->add_option("-p,--prefill", args->prefill, "Prompt tokens per rep (comma list)")->capture_default_str();
-  app->add_option("-n,--decode", args->decode, "Decode steps per rep (comma list)")->capture_default_str();
-  app->add_option("-t,--threads", args->threads,
-                  "CPU worker threads (comma list; 0: ONEPASS_THREADS, else one per hardware thread)")
+  app->add_option("-p,--prefill", args->prefill, "Prompt tokens per rep (comma list)")
+      ->capture_default_str();
+  app->add_option("-n,--decode", args->decode, "Decode steps per rep (comma list)")
+      ->capture_default_str();
+  app->add_option(
+         "-t,--threads", args->threads,
+         "CPU worker threads (comma list; 0: ONEPASS_THREADS, else one per hardware thread)")
       ->capture_default_str();
   app->add_option("-r,--reps", args->reps, "Repetitions per configuration")->capture_default_str();
   app->add_option("--batch", args->batch, "Prompt tokens per prefill chunk")->capture_default_str();
@@ -471,9 +495,11 @@ Command add_bench_command(CLI::App& parent) {
                   "Greedy decode steps recorded into one replayed graph")
       ->capture_default_str();
   app->add_option("--l2-prefetch-mib", args->l2_prefetch_mib,
-                  "CUDA decode: MiB of each layer's gate/up weights requested into L2 during attention (0: off)")
+                  "CUDA decode: MiB of each layer's gate/up weights requested into L2 during "
+                  "attention (0: off)")
       ->capture_default_str();
-  app->add_option("-o,--output", args->output, "text, md (a markdown table) or json")->capture_default_str();
+  app->add_option("-o,--output", args->output, "text, md (a markdown table) or json")
+      ->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object (-o json)");
   return {app, [args] { return run_bench(*args); }};
 }

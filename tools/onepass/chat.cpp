@@ -43,12 +43,13 @@ bool starts_with(const std::vector<int32_t>& tokens, const std::vector<int32_t>&
 int run_chat(const ChatArgs& args) {
   const char* where = "chat";
   constexpr int64_t kMaxTokens = INT32_MAX / 2;
-  check(args.tokens >= 1 && args.tokens <= kMaxTokens, where,
-        "-n/--tokens: value out of range (", args.tokens, "; expected 1..", kMaxTokens, ")");
+  check(args.tokens >= 1 && args.tokens <= kMaxTokens, where, "-n/--tokens: value out of range (",
+        args.tokens, "; expected 1..", kMaxTokens, ")");
   check(args.context >= 0 && args.context <= kMaxTokens, where, "-c/--ctx: value out of range (",
         args.context, "; expected 1..", kMaxTokens, ", or 0 for the model's training context)");
   check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
-  for (const std::string& stop : args.stops) check(!stop.empty(), where, "--stop: the stop string is empty");
+  for (const std::string& stop : args.stops)
+    check(!stop.empty(), where, "--stop: the stop string is empty");
   const model::SamplerOptions sampling = sampler_options(args.sampling, where);
   const Options backend_opts = backend_options(args.threads, where);
   const BackendChoice choice = parse_backend_choice(args.backend);
@@ -67,7 +68,8 @@ int run_chat(const ChatArgs& args) {
     std::fprintf(stderr,
                  "[chat] warning: the context of %lld tokens (-c) is past the model's training "
                  "context of %lld; answers past it may degrade\n",
-                 static_cast<long long>(context), static_cast<long long>(source->config().train_context));
+                 static_cast<long long>(context),
+                 static_cast<long long>(source->config().train_context));
   }
   check(args.tokens < context, where, "-n/--tokens ", args.tokens,
         " leaves no room for a message in the context of ", context, " tokens (-c/--ctx)");
@@ -91,7 +93,8 @@ int run_chat(const ChatArgs& args) {
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) {
-    std::fprintf(stderr, "Type a message and press Enter; /reset clears the history, Ctrl-D quits.\n");
+    std::fprintf(stderr,
+                 "Type a message and press Enter; /reset clears the history, Ctrl-D quits.\n");
   }
   std::vector<ChatMessage> messages;
   if (!args.system.empty()) messages.push_back({"system", args.system});
@@ -132,7 +135,8 @@ int run_chat(const ChatArgs& args) {
       std::fprintf(stderr,
                    "[chat] the message needs %zu tokens and -n %lld more, past the context of "
                    "%lld tokens (-c/--ctx); it was not sent\n",
-                   prompt.size(), static_cast<long long>(args.tokens), static_cast<long long>(context));
+                   prompt.size(), static_cast<long long>(args.tokens),
+                   static_cast<long long>(context));
       messages.pop_back();
       status = 1;
       continue;
@@ -163,7 +167,8 @@ int run_chat(const ChatArgs& args) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     if (result.context_full) {
-      std::fprintf(stderr, "[chat] the answer was cut: the context of %lld tokens is full (-c/--ctx)\n",
+      std::fprintf(stderr,
+                   "[chat] the answer was cut: the context of %lld tokens is full (-c/--ctx)\n",
                    static_cast<long long>(context));
     }
     messages.push_back({"assistant", result.text});

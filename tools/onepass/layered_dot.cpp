@@ -22,20 +22,27 @@ std::vector<const Dispatch*> dispatches_of(const ComputeGraph& graph) {
 const char* kind_colour(OpKind kind) {
   switch (kind) {
     case OpKind::norm:
-    case OpKind::norm_mul: return "lightblue";
+    case OpKind::norm_mul:
+      return "lightblue";
     case OpKind::add:
     case OpKind::mul:
     case OpKind::scale:
-    case OpKind::activation: return "palegreen";
+    case OpKind::activation:
+      return "palegreen";
     case OpKind::softmax:
-    case OpKind::attention: return "orange";
-    case OpKind::rope: return "plum";
+    case OpKind::attention:
+      return "orange";
+    case OpKind::rope:
+      return "plum";
     case OpKind::matmul:
-    case OpKind::matmul_id: return "lightsalmon";
+    case OpKind::matmul_id:
+      return "lightsalmon";
     case OpKind::copy:
     case OpKind::gather:
-    case OpKind::kv_write: return "khaki";
-    default: return "lightgrey";
+    case OpKind::kv_write:
+      return "khaki";
+    default:
+      return "lightgrey";
   }
 }
 
@@ -54,7 +61,8 @@ LayerSpans find_layers(const ComputeGraph& graph, int64_t layers) {
   if (layers < 1) return {};
   const auto l = static_cast<size_t>(layers);
   auto same = [&](size_t a, size_t b) {
-    return d[a]->name() == d[b]->name() && d[a]->label == d[b]->label && d[a]->op_kind == d[b]->op_kind;
+    return d[a]->name() == d[b]->name() && d[a]->label == d[b]->label &&
+           d[a]->op_kind == d[b]->op_kind;
   };
   // Up to kEdge dispatches before the first layer and after the last (input copies, the
   // embedding; the final norm, the head, the argmax).
@@ -104,7 +112,9 @@ std::string layered_dot(const ComputeGraph& graph, const LayerSpans& spans, cons
         if (cluster_of(i) == c) members.push_back(i);
       }
       if (members.empty()) continue;
-      const std::string title = c == 0 ? "input" : c == layers + 1 ? "output" : "layer " + std::to_string(c - 1);
+      const std::string title = c == 0            ? "input"
+                                : c == layers + 1 ? "output"
+                                                  : "layer " + std::to_string(c - 1);
       out << "  subgraph cluster_" << c << " {\n    label=\"" << title
           << "\"; style=rounded; color=grey50; fontsize=12;\n";
       for (const size_t i : members) node_line(i);
@@ -118,8 +128,8 @@ std::string layered_dot(const ComputeGraph& graph, const LayerSpans& spans, cons
       const size_t from = cluster_of(i);
       const size_t to = cluster_of(j);
       const bool crosses_layers = spans.found() && from != to && from >= 1 && to <= layers;
-      out << "  n" << i << " -> n" << j << (crosses_layers ? " [constraint=false color=grey60]" : "")
-          << ";\n";
+      out << "  n" << i << " -> n" << j
+          << (crosses_layers ? " [constraint=false color=grey60]" : "") << ";\n";
     }
   }
   if (spans.found()) {

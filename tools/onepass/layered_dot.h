@@ -26,7 +26,7 @@ LayerSpans find_layers(const ComputeGraph& graph, int64_t layers);
 /// DOT of `graph`: clusters "input", "layer 0".. "layer L-1", "output" (one cluster per
 /// dispatch range of `spans`, or no clusters when nothing was found), `per_row` layers a
 /// row, edges from the dataflow plan.
-std::string layered_dot(const ComputeGraph& graph, const LayerSpans& spans,
-                        const std::string& name, int64_t per_row = 6);
+std::string layered_dot(const ComputeGraph& graph, const LayerSpans& spans, const std::string& name,
+                        int64_t per_row = 6);
 
 }  // namespace onepass::cli

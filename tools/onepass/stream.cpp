@@ -50,8 +50,8 @@ StreamResult stream_completion(model::LlamaModel& llama, model::Sampler& sampler
                                std::vector<int32_t>* fed) {
   StreamResult result;
   StopFilter filter(options.stops);
-  Detokenizer detokenizer(tokenizer, {.render_special = false,
-                                      .strip_space_prefix = options.strip_space_prefix});
+  Detokenizer detokenizer(
+      tokenizer, {.render_special = false, .strip_space_prefix = options.strip_space_prefix});
   auto emit = [&](std::string_view text) {
     const std::string out = filter.push(text);
     if (!out.empty()) {
