@@ -31,6 +31,7 @@ Command add_make_model_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_profile_command(CLI::App& parent);
 Command add_chat_command(CLI::App& parent);
+Command add_serve_command(CLI::App& parent);
 
 /// Adds -t/--threads (CPU worker threads) to a command that runs a model.
 void add_threads_option(CLI::App& app, int64_t& threads);
