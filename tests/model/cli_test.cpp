@@ -341,7 +341,7 @@ TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
   usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, chat, bench, ");
   usage_error({"generat", "-p", "x"}, "[onepass] unknown command 'generat'; did you mean 'generate'?");
   usage_error({"inspcet"}, "did you mean 'inspect'?");
-  usage_error({}, "[onepass] a command is required (generate, chat, bench, profile, inspect, make-model)");
+  usage_error({}, "[onepass] a command is required (generate, chat, bench, profile, inspect, make-model, serve)");
   usage_error({"chta"}, "did you mean 'chat'?");
   usage_error({"generate", "--frobnicate"}, "[generate] ");
   usage_error({"generate", "-n"}, "[generate] ");
