@@ -211,13 +211,15 @@ Update generate(model::LlamaModel& llama, const Tokenizer& tokenizer, const Requ
   };
 
   model::Sampler sampler(request.sampling);
-  const bool greedy = request.sampling.greedy();
+  sampler.remember(request.prompt);
+  // Greedy without a penalty takes the argmax on the device (no logits download).
+  const bool device_greedy = request.sampling.greedy() && !request.sampling.penalizes();
   Detokenizer detokenizer(tokenizer, {.render_special = false, .strip_space_prefix = false});
   StopMatcher stops(request.stop);
 
   llama.reset();
   const std::span<const float> logits = llama.prefill(request.prompt);
-  int32_t next = greedy ? model::argmax(logits) : sampler.sample(logits);
+  int32_t next = sampler.sample(logits);
   {
     std::lock_guard lock(stats_mutex);
     counted.kv_tokens = llama.position();
@@ -244,7 +246,7 @@ Update generate(model::LlamaModel& llama, const Tokenizer& tokenizer, const Requ
       last.finish = FinishReason::length;
       break;
     }
-    next = greedy ? llama.decode_greedy(next) : sampler.sample(llama.decode(next));
+    next = device_greedy ? llama.decode_greedy(next) : sampler.sample(llama.decode(next));
   }
   // The end: whatever the detokenizer and the stop matcher still hold.
   std::string rest = stops.push(detokenizer.flush());

@@ -126,6 +126,13 @@ class Serve(unittest.TestCase):
         b = self.client.completions.create(model=self.model, prompt="Once upon a time", max_tokens=16,
                                            temperature=0.9, seed=5).choices[0].text
         self.assertEqual(a, b)
+        # A repetition penalty (llama-server's extension) changes a greedy loop.
+        loop = "I'm a cat. I'm a cat. I'm a cat. I'm a cat."
+        plain = self.client.completions.create(model=self.model, prompt=loop, max_tokens=24, temperature=0)
+        penalised = self.client.completions.create(model=self.model, prompt=loop, max_tokens=24, temperature=0,
+                                                   extra_body={"repeat_penalty": 1.5, "min_p": 0.05})
+        self.assertGreaterEqual(plain.choices[0].text.count("cat"), 3)
+        self.assertNotEqual(penalised.choices[0].text, plain.choices[0].text)
 
     def test_bad_requests_get_400_and_the_server_keeps_serving(self):
         import openai
@@ -133,6 +140,8 @@ class Serve(unittest.TestCase):
                  json.dumps({"prompt": "hi", "n": 2}).encode(),
                  json.dumps({"prompt": "hi", "temperature": -1}).encode(),
                  json.dumps({"prompt": "hi", "max_tokens": "many"}).encode(),
+                 json.dumps({"prompt": "hi", "min_p": 2}).encode(),
+                 json.dumps({"prompt": "hi", "repeat_penalty": 0}).encode(),
                  json.dumps({"prompt": [1, 2, 99999999]}).encode(),
                  json.dumps({"prompt": "word " * 1000}).encode()]
         for body in cases:

@@ -292,6 +292,9 @@ class Server {
     r.sampling.temperature = number_field<float>(body, "temperature", 1.0f, 0.0, 2.0);
     r.sampling.top_p = number_field<float>(body, "top_p", 1.0f, 1e-6, 1.0);
     r.sampling.top_k = number_field<int32_t>(body, "top_k", 0, 0, 1e9);
+    r.sampling.min_p = number_field<float>(body, "min_p", 0.0f, 0.0, 1.0);
+    r.sampling.repeat_penalty = number_field<float>(body, "repeat_penalty", 1.0f, 1e-3, 100.0);
+    r.sampling.repeat_last_n = number_field<int32_t>(body, "repeat_last_n", 64, 0, 1e6);
     if (const auto it = body.find("seed"); it != body.end() && !it->is_null()) {
       if (!it->is_number_integer()) throw BadRequest{"'seed' must be an integer", "seed"};
       r.sampling.seed = it->get<uint64_t>();
