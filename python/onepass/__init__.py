@@ -102,9 +102,9 @@ class Model:
 
     def close(self):
         """Frees the model now (generations already started keep what they need)."""
-        if self._handle is not None:
-            _capi.lib().onepass_model_free(self._handle)
-            self._handle = None
+        if self._handle is not None and _capi._lib is not None:
+            _capi._lib.onepass_model_free(self._handle)
+        self._handle = None
 
     def __enter__(self):
         return self

@@ -239,6 +239,7 @@ void step_generation(onepass_generation& g, onepass_step& step) {
   step.generated = g.generated;
 }
 
+/// From `prompt` when it is not NULL, else from `count` tokens.
 onepass_status start_generation(onepass_model* model, const int32_t* tokens, size_t count,
                                 const char* prompt, const onepass_sampling_params* params,
                                 onepass_generation** generation) {
@@ -250,7 +251,7 @@ onepass_status start_generation(onepass_model* model, const int32_t* tokens, siz
     const onepass_sampling_params p = params ? *params : onepass_sampling_default_params();
     const onepass::model::SamplerOptions options = sampler_options(p, where);
     std::vector<int32_t> encoded;
-    if (prompt != nullptr || tokens == nullptr) {
+    if (prompt != nullptr) {
       encoded = encode_prompt(state, prompt, where);
       require(!encoded.empty(), where,
               "the prompt is empty and the vocabulary adds no BOS token");
