@@ -82,12 +82,13 @@ struct Handle {
 /// The greedy tokens of the C++ library, one decode and a host argmax per step (not the
 /// fed greedy runs the C API uses), stopping at an end of generation as the API does.
 std::vector<int32_t> reference_greedy(const fs::path& path, const std::vector<int32_t>& prompt,
-                                      int64_t max_tokens, int64_t context) {
+                                      int64_t max_tokens, int64_t context,
+                                      BackendChoice backend = BackendChoice::cpu) {
   const auto source = model::open_model(path);
   const Tokenizer tokenizer(*source->tokenizer_data());
   model::LoadOptions load;
   load.context = context;
-  model::LlamaModel llama(make_cpu_backend(), *source, load);
+  model::LlamaModel llama(make_backend(backend), *source, load);
   std::vector<int32_t> out;
   int32_t next = model::argmax(llama.prefill(prompt));
   while (static_cast<int64_t>(out.size()) < max_tokens && !tokenizer.is_end_of_generation(next)) {
@@ -385,6 +386,27 @@ TEST_F(CApiModel, LogitsMatchTheLibrary) {
   EXPECT_EQ(onepass_eval_logits(model_, ids.data(), 0, logits.data(), logits.size()),
             ONEPASS_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onepass_last_error()).find("no tokens"), std::string::npos);
+}
+
+TEST(CApiCuda, GreedyGenerationMatchesTheLibrary) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " is not installed";
+  onepass_model_params p = cpu_params(256);
+  p.backend = ONEPASS_BACKEND_CUDA;
+  Handle h;
+  ASSERT_EQ(onepass_model_load(kDefaultModel, &p, &h.model), ONEPASS_OK) << onepass_last_error();
+  onepass_model_info info{};
+  ASSERT_EQ(onepass_model_get_info(h.model, &info), ONEPASS_OK);
+  EXPECT_EQ(std::string(info.device).rfind("cuda: ", 0), 0u) << info.device;
+  const char* prompt = "The capital of France is";
+  const onepass_sampling_params params = greedy(48);
+  onepass_generation* g = nullptr;
+  ASSERT_EQ(onepass_generation_start(h.model, prompt, &params, &g), ONEPASS_OK);
+  const Generated got = run_steps(g);
+  onepass_generation_free(g);
+  const auto source = model::open_model(kDefaultModel);
+  const std::vector<int32_t> ids = Tokenizer(*source->tokenizer_data()).encode(prompt);
+  EXPECT_EQ(got.tokens, reference_greedy(kDefaultModel, ids, 48, 256, BackendChoice::cuda));
 }
 
 // ---- small random models ----------------------------------------------------------
