@@ -72,7 +72,12 @@ TEST(ModelMakerRules, TensorTypesFollowLlamaCpp) {
   EXPECT_EQ(llama_tensor_type(DType::q8_0, true, 2048), DType::q8_0);
   EXPECT_EQ(llama_tensor_type(DType::f16, true, 2048), DType::f16);
   // k-quant fallbacks for rows that are not 256-multiples, f16 for partial blocks.
-  EXPECT_EQ(llama_tensor_type(DType::q4_k, false, 576), DType::q4_1);
+  EXPECT_EQ(llama_tensor_type(DType::q4_k, false, 576), DType::q5_0);
+  EXPECT_EQ(llama_tensor_type(DType::q5_k, false, 576), DType::q5_1);
+  EXPECT_EQ(llama_tensor_type(DType::q2_k, false, 640), DType::iq4_nl);
+  EXPECT_EQ(llama_tensor_type(DType::iq4_xs, false, 640), DType::iq4_nl);
+  EXPECT_EQ(llama_tensor_type(DType::q5_0, true, 640), DType::q8_0);
+  EXPECT_EQ(llama_tensor_type(DType::q3_k, true, 2048), DType::q6_k);
   EXPECT_EQ(llama_tensor_type(DType::q4_k, false, 2048), DType::q4_k);
   EXPECT_EQ(llama_tensor_type(DType::q6_k, false, 576), DType::q8_0);
   EXPECT_EQ(llama_tensor_type(DType::q4_0, false, 48), DType::f16);
@@ -84,6 +89,12 @@ TEST(ModelMakerRules, TensorTypesFollowLlamaCpp) {
   EXPECT_EQ(llama_file_type(DType::q8_0), 7u);
   EXPECT_EQ(llama_file_type(DType::q4_k), 15u);
   EXPECT_EQ(llama_file_type(DType::q6_k), 18u);
+  EXPECT_EQ(llama_file_type(DType::q5_0), 8u);
+  EXPECT_EQ(llama_file_type(DType::q5_1), 9u);
+  EXPECT_EQ(llama_file_type(DType::q2_k), 10u);
+  EXPECT_EQ(llama_file_type(DType::q3_k), 11u);
+  EXPECT_EQ(llama_file_type(DType::iq4_nl), 25u);
+  EXPECT_EQ(llama_file_type(DType::iq4_xs), 30u);
 }
 
 TEST(ModelMakerRules, PlansOfTheReferenceShapes) {
@@ -215,7 +226,7 @@ TEST_P(ModelMakerTypes, WritesAModelThatLoadsAndDecodes) {
 
 INSTANTIATE_TEST_SUITE_P(Types, ModelMakerTypes,
                          ::testing::Values(DType::f16, DType::q8_0, DType::q4_0, DType::q4_1,
-                                           DType::q4_k, DType::q6_k),
+                                           DType::q4_k, DType::q6_k, DType::q5_0, DType::q5_1),
                          [](const ::testing::TestParamInfo<DType>& param) {
                            return std::string(dtype_name(param.param));
                          });

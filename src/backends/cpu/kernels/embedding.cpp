@@ -56,6 +56,8 @@ void register_embedding_kernels(KernelRegistry& registry) {
   add.template operator()<DType::q4_k>();
   add.template operator()<DType::q5_k>();
   add.template operator()<DType::q6_k>();
+  add.template operator()<DType::q5_0>();
+  add.template operator()<DType::q5_1>();
 }
 
 }  // namespace onepass::cpu
