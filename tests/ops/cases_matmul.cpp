@@ -42,7 +42,8 @@ namespace quant_cases {
 const std::vector<DType>& weight_types() {
   static const std::vector<DType> types = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0,
                                            DType::q4_1, DType::q8_0, DType::q4_k, DType::q5_k,
-                                           DType::q6_k, DType::q5_0, DType::q5_1};
+                                           DType::q6_k, DType::q5_0, DType::q5_1, DType::q2_k,
+                                           DType::q3_k, DType::iq4_nl, DType::iq4_xs};
   return types;
 }
 

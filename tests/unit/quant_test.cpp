@@ -29,7 +29,7 @@ namespace {
 
 constexpr DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1,
                                   DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k, DType::q5_0,
-                                  DType::q5_1};
+                                  DType::q5_1, DType::q2_k, DType::q3_k, DType::iq4_nl, DType::iq4_xs};
 
 // --- gguf-py through tests/tools/gguf_quants.py ------------------------------------------
 
@@ -375,15 +375,23 @@ TEST(Quant, RoundTripQ4_1WithinHalfAStep) {
 
 // k-quants: a uniform quantizer with step h has error uniformly spread over [-h/2, h/2]
 // for data that is smooth at the scale of a step, so an RMS of h / sqrt(12). Per
-// sub-block h = range / (levels - 1): q4_k / q5_k cover [min(0, lo), hi] with 15 / 31
-// steps, q6_k covers [-amax, amax] with 63 steps. The quantizer refits scale and min by
-// least squares (never worse than plain min/max rounding), then rounds them to 6 or 8 bits
-// relative to the super-block's largest, which moves a step by <= 1/126 of the largest and
-// the offset by <= 1/126 of the largest min. We allow 15% over the uniform-noise RMS for
-// that, and check each super-block as well as the whole tensor.
+// sub-block h = range / (levels - 1): q2_k / q4_k / q5_k cover [min(0, lo), hi] with
+// 3 / 15 / 31 steps, q6_k covers [-amax, amax] with 63 steps and q3_k with 8 (its largest
+// value maps to -4); the iq4 grid spans [-amax, amax] in 15 uneven steps, 16 on average.
+// The quantizer refits scale and min by least squares (never worse than plain min/max
+// rounding), then rounds them to 4, 6 or 8 bits relative to the super-block's largest,
+// which moves a step by <= 1/126 of the largest and the offset by <= 1/126 of the largest
+// min (1/30 for q2_k's 4 bits). We allow 15% over the uniform-noise RMS for that, and check
+// each super-block as well as the whole tensor.
 double ideal_rms(DType t, const float* x, int64_t n) {
-  const int sub = t == DType::q6_k ? 16 : 32;
-  const int levels = t == DType::q4_k ? 15 : t == DType::q5_k ? 31 : 63;
+  const bool symmetric = t == DType::q6_k || t == DType::q3_k || t == DType::iq4_nl || t == DType::iq4_xs;
+  const int sub = t == DType::q6_k || t == DType::q2_k || t == DType::q3_k ? 16 : 32;
+  const double levels = t == DType::q2_k   ? 3
+                        : t == DType::q3_k ? 8
+                        : t == DType::q4_k ? 15
+                        : t == DType::q5_k ? 31
+                        : t == DType::q6_k ? 63
+                                           : 16;
   double sum = 0;
   for (int64_t s = 0; s < n / sub; ++s) {
     const float* v = x + s * sub;
@@ -393,8 +401,7 @@ double ideal_rms(DType t, const float* x, int64_t n) {
       hi = std::max(hi, v[j]);
       amax = std::max(amax, std::fabs(v[j]));
     }
-    if (t != DType::q6_k) hi = std::max(hi, v[0]);
-    const double range = t == DType::q6_k ? 2.0 * amax : hi - lo;
+    const double range = symmetric ? 2.0 * amax : hi - lo;
     const double h = range / levels;
     sum += h * h / 12.0;
   }
@@ -412,7 +419,8 @@ TEST(Quant, RoundTripKQuantsWithinUniformNoiseRms) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
-  for (DType t : {DType::q4_k, DType::q5_k, DType::q6_k}) {
+  for (DType t : {DType::q4_k, DType::q5_k, DType::q6_k, DType::q2_k, DType::q3_k, DType::iq4_nl,
+                  DType::iq4_xs}) {
     for (int data = 0; data < 3; ++data) {
       SCOPED_TRACE(cat(dtype_name(t), data == 0   ? " uniform"
                                       : data == 1 ? " normal"
