@@ -298,7 +298,7 @@ TEST_F(CliTest, BadInputIsOneErrorLine) {
   expect_one_error_line(run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "1",
                              "--heads", "3", "--vocab", "1024", "-o", (dir_ / "y.gguf").string()}),
                         "heads do not divide hidden");
-  expect_one_error_line(run({"make-model", "llama-1b", "--type", "q3_k", "--dry-run"}),
+  expect_one_error_line(run({"make-model", "llama-1b", "--type", "iq2_xxs", "--dry-run"}),
                         "unknown type");
   expect_one_error_line(run({"generate", "-m", tiny.string(), "--top-p", "1.5"}), "bad top-p");
   expect_one_error_line(run({"generate", "-m", tiny.string(), "--batch", "0"}), "generate --batch 0");
