@@ -12,7 +12,7 @@
 // sum S_j (Higham & Mary), so the total is about u·sqrt(Σ_j S_j²). Running sums of terms
 // of random sign grow like sqrt(j)·rms (covered by sqrt(K)·‖m‖₂), those of terms with a
 // common sign like j·mean (covered by sqrt(K)·|Σ|). Kernels may sum the scale part
-// Σ x·(w − o) and the offset part Σ x·o of q4_1, q4_k, q5_k and MLX affine weights
+// Σ x·(w − o) and the offset part Σ x·o of q4_1, q5_1, q2_k, q4_k, q5_k and MLX affine weights
 // separately, hence both sums and the 2|o| in m. Measured worst case over all weight
 // types, M in {1, 3, 17} and K up to 8192: 0.6 of the bracket, so the factor 4 leaves a
 // wide margin while a wrong block scale or a dropped block is still far outside it.
