@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
                                     ", backends: ", onepass::kBackends, ")"));
   std::vector<Command> commands;
   commands.push_back(add_generate_command(app));
+  commands.push_back(add_chat_command(app));
   commands.push_back(add_bench_command(app));
   commands.push_back(add_profile_command(app));
   commands.push_back(add_inspect_command(app));
