@@ -20,7 +20,8 @@ int64_t row_bytes(DType t, int64_t k) { return static_cast<int64_t>(dtype_bytes(
 
 TEST(CudaMv1Dims, EveryShapeKeepsTheKernelsLimits) {
   for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k,
-                  DType::q5_k, DType::q6_k}) {
+                  DType::q5_k, DType::q6_k, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::iq4_nl,
+                  DType::iq4_xs}) {
     for (int64_t n : {1, 7, 576, 2048, 3072, 16384, 128256}) {
       for (int64_t k : {256, 576, 2048, 2560, 8192, 14336}) {
         if (k % dtype_block_elems(t) != 0) continue;

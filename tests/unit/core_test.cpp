@@ -31,7 +31,13 @@ TEST(DType, ParseAndGgmlIds) {
   EXPECT_EQ(parse_dtype("nope"), std::nullopt);
   EXPECT_EQ(dtype_from_ggml(2), DType::q4_0);
   EXPECT_EQ(dtype_from_ggml(30), DType::bf16);
-  EXPECT_EQ(dtype_from_ggml(6), std::nullopt);  // q5_0 is not supported
+  EXPECT_EQ(dtype_from_ggml(6), DType::q5_0);
+  EXPECT_EQ(dtype_from_ggml(7), DType::q5_1);
+  EXPECT_EQ(dtype_from_ggml(10), DType::q2_k);
+  EXPECT_EQ(dtype_from_ggml(11), DType::q3_k);
+  EXPECT_EQ(dtype_from_ggml(20), DType::iq4_nl);
+  EXPECT_EQ(dtype_from_ggml(23), DType::iq4_xs);
+  EXPECT_EQ(dtype_from_ggml(16), std::nullopt);  // iq2_xxs is not supported
 }
 
 TEST(Half, KnownValuesRoundTrip) {

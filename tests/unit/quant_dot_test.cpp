@@ -80,6 +80,12 @@ TEST(CudaQuantDot, Q8_0) { check_format<DType::q8_0>(); }
 TEST(CudaQuantDot, Q4_K) { check_format<DType::q4_k>(); }
 TEST(CudaQuantDot, Q5_K) { check_format<DType::q5_k>(); }
 TEST(CudaQuantDot, Q6_K) { check_format<DType::q6_k>(); }
+TEST(CudaQuantDot, Q5_0) { check_format<DType::q5_0>(); }
+TEST(CudaQuantDot, Q5_1) { check_format<DType::q5_1>(); }
+TEST(CudaQuantDot, IQ4_NL) { check_format<DType::iq4_nl>(); }
+TEST(CudaQuantDot, IQ4_XS) { check_format<DType::iq4_xs>(); }
+TEST(CudaQuantDot, Q2_K) { check_format<DType::q2_k>(); }
+TEST(CudaQuantDot, Q3_K) { check_format<DType::q3_k>(); }
 
 }  // namespace
 }  // namespace onepass

@@ -9,9 +9,9 @@
 
 namespace onepass::ops {
 
-/// matmul: out [M, N] = x [M, K] · wᵀ for weights W in f32, f16, bf16, q4_0, q4_1, q8_0,
-/// q4_k, q5_k, q6_k; x and out f32; f32 accumulation. w rows are K values of W (whole
-/// blocks), w_row_bytes apart. A backend chooses its kernels by M (matrix-vector products
+/// matmul: out [M, N] = x [M, K] · wᵀ for weights W of any weight type (is_weight_type:
+/// f32, f16, bf16 and the GGML block formats of ops/quant.h); x and out f32; f32
+/// accumulation. w rows are K values of W (whole blocks), w_row_bytes apart. A backend chooses its kernels by M (matrix-vector products
 /// read every weight row once and dot it with all rows of x; matrix-matrix products tile
 /// the output), and computes every output element in exactly one block, so results do
 /// not depend on how blocks are spread over threads.

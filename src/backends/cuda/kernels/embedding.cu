@@ -56,6 +56,12 @@ void register_embedding_cuda_kernels(KernelRegistry& registry) {
   register_table_type<DType::q4_k>(registry);
   register_table_type<DType::q5_k>(registry);
   register_table_type<DType::q6_k>(registry);
+  register_table_type<DType::q5_0>(registry);
+  register_table_type<DType::q5_1>(registry);
+  register_table_type<DType::q2_k>(registry);
+  register_table_type<DType::q3_k>(registry);
+  register_table_type<DType::iq4_nl>(registry);
+  register_table_type<DType::iq4_xs>(registry);
 }
 
 }  // namespace onepass::cuda

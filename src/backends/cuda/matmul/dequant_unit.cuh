@@ -241,4 +241,34 @@ struct WUnit<DType::q6_k> {
   }
 };
 
+// Formats decoded through quantdot::Format<W>::dequant: the unit's 32 values in f32 (the
+// reference decoder's products), each rounded once to f16. Raw holds the block's address,
+// so the block must stay where it is until decode (true of both callers).
+template <DType W>
+struct FormatUnit {
+  struct Raw {
+    const uint8_t* block;
+  };
+  __device__ __forceinline__ static void load(const uint8_t* b, int, Raw& r) { r.block = b; }
+  __device__ __forceinline__ static void decode(const Raw& r, int u, uint32_t (&h)[16]) {
+    float v[32];
+    quantdot::Format<W>::dequant(r.block, u, v);
+#pragma unroll
+    for (int p = 0; p < 16; ++p) h[p] = pack_half(v[2 * p], v[2 * p + 1]);
+  }
+};
+
+template <>
+struct WUnit<DType::q5_0> : FormatUnit<DType::q5_0> {};
+template <>
+struct WUnit<DType::q5_1> : FormatUnit<DType::q5_1> {};
+template <>
+struct WUnit<DType::iq4_nl> : FormatUnit<DType::iq4_nl> {};
+template <>
+struct WUnit<DType::iq4_xs> : FormatUnit<DType::iq4_xs> {};
+template <>
+struct WUnit<DType::q2_k> : FormatUnit<DType::q2_k> {};
+template <>
+struct WUnit<DType::q3_k> : FormatUnit<DType::q3_k> {};
+
 }  // namespace onepass::cuda::dequant

@@ -127,6 +127,12 @@ void register_matmul_blas_cuda_kernels(KernelRegistry& registry) {
   register_gemm<DType::q4_k>(registry);
   register_gemm<DType::q5_k>(registry);
   register_gemm<DType::q6_k>(registry);
+  register_gemm<DType::q5_0>(registry);
+  register_gemm<DType::q5_1>(registry);
+  register_gemm<DType::q2_k>(registry);
+  register_gemm<DType::q3_k>(registry);
+  register_gemm<DType::iq4_nl>(registry);
+  register_gemm<DType::iq4_xs>(registry);
 }
 
 }  // namespace onepass::cuda

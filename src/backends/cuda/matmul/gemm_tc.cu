@@ -51,7 +51,13 @@ constexpr bool kDense = W == DType::f16 || W == DType::bf16;
 // Where the block's shared memory goes for weights of type W (bytes).
 template <DType W>
 struct Layout {
-  static constexpr int block_values = kDense<W> ? kBK : (W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0 ? 32 : 256);
+  static constexpr int block_values = [] {
+    if constexpr (kDense<W>) {
+      return kBK;
+    } else {
+      return quantdot::Format<W>::kUnits * 32;
+    }
+  }();
   static constexpr int block_bytes = [] {
     if constexpr (kDense<W>) {
       return 2 * kBK;
@@ -60,10 +66,10 @@ struct Layout {
     }
   }();
   // Raw weight bytes per row that one cp.async stage brings: one K step, or 256 values
-  // (4 steps) for the k-quants (one super-block) and for q4_0/q4_1, whose 8 blocks are
-  // then 144/160 bytes, so that 16-byte aligned rows copy in 16-byte pieces (q8_0's 272
-  // bytes would cost a block per SM).
-  static constexpr int raw_values = block_values > kBK || W == DType::q4_0 || W == DType::q4_1 ? 256 : kBK;
+  // (4 steps) for the k-quants (one super-block) and for the 32-value formats but q8_0,
+  // whose 8 blocks are then 144 to 192 bytes, so that 16-byte aligned rows copy in 16-byte
+  // pieces (q8_0's 272 bytes would cost a block per SM).
+  static constexpr int raw_values = block_values > kBK || (block_values == 32 && W != DType::q8_0) ? 256 : kBK;
   static constexpr int steps_per_raw = raw_values / kBK;
   static constexpr int raw_bytes = raw_values / block_values * block_bytes;
   static constexpr int raw_pitch = kDense<W> ? kWPitch * 2 : (raw_bytes + 4 + 15) / 16 * 16;
@@ -385,6 +391,12 @@ void register_matmul_tc_cuda_kernels(KernelRegistry& registry) {
   register_tc<DType::q4_k>(registry);
   register_tc<DType::q5_k>(registry);
   register_tc<DType::q6_k>(registry);
+  register_tc<DType::q5_0>(registry);
+  register_tc<DType::q5_1>(registry);
+  register_tc<DType::q2_k>(registry);
+  register_tc<DType::q3_k>(registry);
+  register_tc<DType::iq4_nl>(registry);
+  register_tc<DType::iq4_xs>(registry);
 }
 
 }  // namespace onepass::cuda

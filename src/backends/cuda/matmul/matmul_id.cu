@@ -203,6 +203,12 @@ void register_matmul_id_cuda_kernels(KernelRegistry& registry) {
   register_type<DType::q4_k>(registry);
   register_type<DType::q5_k>(registry);
   register_type<DType::q6_k>(registry);
+  register_type<DType::q5_0>(registry);
+  register_type<DType::q5_1>(registry);
+  register_type<DType::q2_k>(registry);
+  register_type<DType::q3_k>(registry);
+  register_type<DType::iq4_nl>(registry);
+  register_type<DType::iq4_xs>(registry);
 }
 
 }  // namespace onepass::cuda
