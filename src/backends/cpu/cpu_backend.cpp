@@ -286,7 +286,8 @@ class CpuSubmission final : public Submission {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const Options& options) : Backend(options), pool_(options.cpu_threads) {
+CpuBackend::CpuBackend(const Options& options)
+    : Backend(options), pool_(options.cpu_threads), arena_(kAlignment) {
   info_.name = cat("cpu (", pool_.size(), " threads)");
   info_.kind = BackendKind::cpu;
   info_.threads = pool_.size();
@@ -309,22 +310,20 @@ std::unique_ptr<Submission> CpuBackend::new_submission(SubmitMode mode, std::str
 
 void* CpuBackend::allocate_raw(size_t bytes) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  std::lock_guard<std::mutex> lock(allocations_mutex_);
+  void* p = rounded >= HugePageArena::kMinBytes ? arena_.allocate(rounded) : std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {
     fail("cpu", "out of memory: could not allocate ", bytes, " bytes (", free_memory(),
          " bytes free)");
   }
-  std::lock_guard<std::mutex> lock(allocations_mutex_);
   allocations_[reinterpret_cast<uint64_t>(p)] = bytes;
   return p;
 }
 
 void CpuBackend::free_raw(void* data, size_t) noexcept {
-  {
-    std::lock_guard<std::mutex> lock(allocations_mutex_);
-    allocations_.erase(reinterpret_cast<uint64_t>(data));
-  }
-  std::free(data);
+  std::lock_guard<std::mutex> lock(allocations_mutex_);
+  allocations_.erase(reinterpret_cast<uint64_t>(data));
+  if (!arena_.release(data)) std::free(data);
 }
 
 std::map<uint64_t, size_t> CpuBackend::allocations() const {
