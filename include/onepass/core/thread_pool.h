@@ -78,9 +78,13 @@ class ThreadPool {
   // each). A thread claims an index by compare-and-swap only while the generation is the
   // one it saw, so a worker that wakes late never touches a later job, and the caller
   // never waits for a worker that has not started: it waits for `done_` tasks only.
-  std::atomic<uint64_t> job_{0};
-  std::atomic<size_t> done_{0};
-  const TaskRef* task_ = nullptr;  // written before job_ is published (release)
+  // job_ (claimed by every thread), done_ (counted by every thread) and the fields only
+  // read during a job sit on separate cache lines, so a claim does not invalidate the line
+  // a finishing thread writes, nor the one every task reads.
+  static constexpr size_t kCacheLine = 64;
+  alignas(kCacheLine) std::atomic<uint64_t> job_{0};
+  alignas(kCacheLine) std::atomic<size_t> done_{0};
+  alignas(kCacheLine) const TaskRef* task_ = nullptr;  // written before job_ is published (release)
   std::atomic<bool> failed_{false};
   std::atomic<bool> stopping_{false};
   // Sleeping workers: the caller takes mutex_ and notifies only when there are some.

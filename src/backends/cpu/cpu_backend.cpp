@@ -40,6 +40,26 @@ struct Task {
   uint64_t end;
 };
 
+// Cuts a dispatch's blocks into the tasks pool threads take one at a time. One thread runs
+// a dispatch in one call (a fused kernel's per-call work, the norm of x, is then done once).
+// More threads take shrinking runs (guided self-scheduling): each task is a
+// 1 / (kCpuTasksPerThread * threads) share of the blocks not yet handed out, at least one
+// block, so the first tasks are large (few claims) and the last ones small, and a thread
+// that finishes early waits for at most one small task of the other threads.
+void cut_into_tasks(const Dispatch& d, int threads, std::vector<Task>& tasks) {
+  const uint64_t blocks = d.dims.grid.count();
+  if (threads <= 1) {
+    tasks.push_back({&d, 0, blocks});
+    return;
+  }
+  const uint64_t share = kCpuTasksPerThread * static_cast<uint64_t>(threads);
+  for (uint64_t begin = 0; begin < blocks;) {
+    const uint64_t size = std::max<uint64_t>(1, (blocks - begin) / share);
+    tasks.push_back({&d, begin, begin + size});
+    begin += size;
+  }
+}
+
 // items[first, end) as levels: a level is a concurrent group (barrier mode) or the
 // dispatches whose dependencies are all in earlier levels (dataflow mode). Each dispatch's
 // grid is cut into tasks once, so replaying a stored schedule allocates nothing.
@@ -74,9 +94,6 @@ struct Plan {
     std::vector<std::vector<const Item*>> by_level(max_level + 1);
     for (size_t i = first; i < end; ++i) by_level[level[i - first]].push_back(&all[i]);
     item_tasks.resize(end - first);
-    // One thread runs a dispatch in one call: a fused kernel's per-call work (the norm of x)
-    // is then done once.
-    const uint64_t tasks_per_dispatch = threads <= 1 ? 1 : static_cast<uint64_t>(threads) * kCpuTasksPerThread;
     for (const auto& group : by_level) {
       Level lv{};
       lv.items_begin = static_cast<uint32_t>(items.size());
@@ -89,10 +106,8 @@ struct Plan {
         const Dispatch& d = group[g]->dispatch;
         check(d.kernel != nullptr && d.kernel->cpu != nullptr, "cpu", "kernel ", d.name(),
               " has no CPU entry point");
-        const uint64_t blocks = d.dims.grid.count();
-        const uint64_t chunks = std::min<uint64_t>(blocks, tasks_per_dispatch);
         const auto task_begin = static_cast<uint32_t>(tasks.size());
-        for (uint64_t c = 0; c < chunks; ++c) tasks.push_back({&d, blocks * c / chunks, blocks * (c + 1) / chunks});
+        cut_into_tasks(d, threads, tasks);
         item_tasks[lv.items_begin + g] = {task_begin, static_cast<uint32_t>(tasks.size())};
       }
       lv.tasks_end = static_cast<uint32_t>(tasks.size());
@@ -271,7 +286,8 @@ class CpuSubmission final : public Submission {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const Options& options) : Backend(options), pool_(options.cpu_threads) {
+CpuBackend::CpuBackend(const Options& options)
+    : Backend(options), pool_(options.cpu_threads), arena_(kAlignment) {
   info_.name = cat("cpu (", pool_.size(), " threads)");
   info_.kind = BackendKind::cpu;
   info_.threads = pool_.size();
@@ -294,22 +310,20 @@ std::unique_ptr<Submission> CpuBackend::new_submission(SubmitMode mode, std::str
 
 void* CpuBackend::allocate_raw(size_t bytes) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  std::lock_guard<std::mutex> lock(allocations_mutex_);
+  void* p = rounded >= HugePageArena::kMinBytes ? arena_.allocate(rounded) : std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {
     fail("cpu", "out of memory: could not allocate ", bytes, " bytes (", free_memory(),
          " bytes free)");
   }
-  std::lock_guard<std::mutex> lock(allocations_mutex_);
   allocations_[reinterpret_cast<uint64_t>(p)] = bytes;
   return p;
 }
 
 void CpuBackend::free_raw(void* data, size_t) noexcept {
-  {
-    std::lock_guard<std::mutex> lock(allocations_mutex_);
-    allocations_.erase(reinterpret_cast<uint64_t>(data));
-  }
-  std::free(data);
+  std::lock_guard<std::mutex> lock(allocations_mutex_);
+  allocations_.erase(reinterpret_cast<uint64_t>(data));
+  if (!arena_.release(data)) std::free(data);
 }
 
 std::map<uint64_t, size_t> CpuBackend::allocations() const {

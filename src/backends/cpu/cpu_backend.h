@@ -7,6 +7,7 @@
 #include <mutex>
 #include <utility>
 
+#include "huge_page_arena.h"
 #include "onepass/core/thread_pool.h"
 #include "onepass/exec/backend.h"
 
@@ -42,8 +43,9 @@ class CpuBackend final : public Backend {
   DeviceInfo info_;
   KernelRegistry registry_;
   ThreadPool pool_;
-  mutable std::mutex allocations_mutex_;
+  mutable std::mutex allocations_mutex_;  // guards allocations_ and arena_
   std::map<uint64_t, size_t> allocations_;
+  HugePageArena arena_;
 };
 
 /// Registers every CPU kernel (the list lives in cpu_kernels.cpp).

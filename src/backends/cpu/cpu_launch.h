@@ -19,8 +19,10 @@ inline constexpr int64_t kCpuMvRowsPerBlock = 16;
 inline constexpr int64_t kCpuMmRowsPerBlock = 16;
 inline constexpr int64_t kCpuMmColsPerBlock = 64;
 
-/// Tasks a dispatch's blocks are cut into per pool thread; threads take them one at a time,
-/// so more tasks even out uneven threads at the cost of one shared-counter increment each.
-inline constexpr uint64_t kCpuTasksPerThread = 4;
+/// Guided scheduling of a dispatch over a pool of T threads: each task takes
+/// 1 / (kCpuTasksPerThread * T) of the blocks not yet handed out (at least one block), so a
+/// dispatch of B blocks makes about kCpuTasksPerThread * T * ln(B) tasks, shrinking to one
+/// block at the end; threads take them one at a time from a shared counter.
+inline constexpr uint64_t kCpuTasksPerThread = 2;
 
 }  // namespace onepass::cpu

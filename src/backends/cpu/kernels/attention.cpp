@@ -100,19 +100,25 @@ struct Group {
   int64_t acc_stride;  // between consecutive heads' accumulators
 };
 
-// Buffers one kernel call reuses for all its blocks.
+// Buffers a kernel call uses for all its blocks: one set per thread, sized for the call
+// (resizing within the capacity a thread's earlier calls reached allocates nothing, so a
+// replayed decode step allocates nothing).
 struct Workspace {
   std::vector<float> row;     // one converted K or V row
   std::vector<float> scores;  // [heads, kTile]
   std::vector<float> max;
   std::vector<float> sum;
   std::vector<float> acc;  // [heads, head_dim] (sdpa)
-  Workspace(int64_t heads, int64_t head_dim)
-      : row(static_cast<size_t>(head_dim)),
-        scores(static_cast<size_t>(heads * kTile)),
-        max(static_cast<size_t>(heads)),
-        sum(static_cast<size_t>(heads)),
-        acc(static_cast<size_t>(heads * head_dim)) {}
+
+  static Workspace& of_thread(int64_t heads, int64_t head_dim) {
+    thread_local Workspace w;
+    w.row.resize(static_cast<size_t>(head_dim));
+    w.scores.resize(static_cast<size_t>(heads * kTile));
+    w.max.resize(static_cast<size_t>(heads));
+    w.sum.resize(static_cast<size_t>(heads));
+    w.acc.resize(static_cast<size_t>(heads * head_dim));
+    return w;
+  }
 };
 
 // Online-softmax step: folds keys [first_row, first_row + count) (count <= kTile) of one
@@ -157,7 +163,7 @@ template <DType C>
 void sdpa_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   const auto& a = *static_cast<const ops::SdpaArgs*>(raw);
   const int64_t group = a.n_head / a.n_kv_head;
-  Workspace w(group, a.head_dim);
+  Workspace& w = Workspace::of_thread(group, a.head_dim);
   for (uint64_t block = first; block < end; ++block) {
     const auto kv_head = static_cast<int64_t>(block % static_cast<uint64_t>(a.n_kv_head));
     const auto token = static_cast<int64_t>(block / static_cast<uint64_t>(a.n_kv_head));
@@ -196,7 +202,7 @@ void flash_decode_kernel(const void* raw, const LaunchDims&, uint64_t first, uin
   const int64_t group = a.n_head / a.n_kv_head;
   const int64_t partials = a.n_head * a.chunks;
   const int64_t length = std::clamp<int64_t>(*a.kv_length, 0, a.ctx);
-  Workspace w(group, a.head_dim);
+  Workspace& w = Workspace::of_thread(group, a.head_dim);
   for (uint64_t block = first; block < end; ++block) {
     const auto chunk = static_cast<int64_t>(block % static_cast<uint64_t>(a.chunks));
     const auto kv_head = static_cast<int64_t>(block / static_cast<uint64_t>(a.chunks));

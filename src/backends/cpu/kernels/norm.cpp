@@ -45,15 +45,11 @@ void add_rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uin
     const S* y = static_cast<const S*>(a.b) + r * a.b_stride;
     S* s = static_cast<S*>(a.sum) + r * a.sum_stride;
     S* o = static_cast<S*>(a.out) + r * a.out_stride;
-    double sum_sq = 0.0;
     for (int64_t c = 0; c < a.cols; ++c) {
       // Read both inputs before writing: sum may be a or b (in place).
-      const S stored = E::store(E::load(x[c]) + E::load(y[c]));
-      s[c] = stored;
-      const double v = E::load(stored);
-      sum_sq += v * v;
+      s[c] = E::store(E::load(x[c]) + E::load(y[c]));
     }
-    const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(a.cols) + a.eps));
+    const float inv = rms_inverse([s](int64_t c) { return E::load(s[c]); }, a.cols, a.eps);
     for (int64_t c = 0; c < a.cols; ++c) {
       float v = E::load(s[c]) * inv;
       v *= a.weight[c];

@@ -55,7 +55,8 @@ void gemm_rows_f32(const float* const* x_rows, int64_t m, const float* w, int64_
 /// instructions on the shuffle port that the nibble decode already keeps busy.
 extern const float* const kHalfToFloat;
 
-/// A per-thread f32 buffer of at least `count` values (reused across calls).
+/// A per-thread f32 buffer of at least `count` values, 64-byte aligned (reused across
+/// calls; its contents do not survive a call asking for more).
 float* thread_scratch(int64_t count);
 
 /// The weight types of matmul, matmul_id and embedding, in registration order.

@@ -7,15 +7,29 @@
 
 namespace onepass::cpu {
 
-/// 1 / rms of a row, the sum of squares in double: exact to f32 rounding whatever the
-/// length, and independent of how the work was split. `load` reads a value as f32.
+/// Independent partial sums of rms_inverse: the loop vectorises and pipelines without
+/// reassociating anything, and the order depends on the length alone.
+inline constexpr int64_t kRmsLanes = 8;
+
+/// 1 / rms of a row, the sum of squares in double (kRmsLanes partial sums, then a fixed
+/// tree): exact to f32 rounding whatever the length, and independent of how the work was
+/// split. `load` reads a value as f32.
 template <typename Load>
 float rms_inverse(Load&& load, int64_t cols, float eps) {
-  double sum = 0.0;
-  for (int64_t c = 0; c < cols; ++c) {
-    const double v = load(c);
-    sum += v * v;
+  double part[kRmsLanes] = {};
+  const int64_t body = cols - cols % kRmsLanes;
+  for (int64_t c = 0; c < body; c += kRmsLanes) {
+    for (int64_t j = 0; j < kRmsLanes; ++j) {
+      const double v = load(c + j);
+      part[j] += v * v;
+    }
   }
+  for (int64_t c = body; c < cols; ++c) {
+    const double v = load(c);
+    part[c - body] += v * v;
+  }
+  static_assert(kRmsLanes == 8, "the tree below adds 8 partial sums");
+  const double sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   return static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(cols) + eps));
 }
 
