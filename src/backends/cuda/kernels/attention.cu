@@ -549,7 +549,8 @@ __device__ __forceinline__ void store_merged(float* out, int64_t head_dim, Atten
     out[d] = total > 0.0f ? merged_acc(sh, weight, d) * inv : 0.0f;
 }
 
-// Grid {n_head, tokens}: block = (query head, token), keys 0..min(position, ctx - 1).
+// Grid {n_head, tokens}: block = (query head, token), keys lo..min(position, ctx - 1), lo the
+// window's first key (0 without a window).
 template <DType C>
 __global__ void __launch_bounds__(kMaxThreads)
     sdpa_kernel(const __grid_constant__ ops::SdpaArgs a) {
@@ -563,11 +564,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t position = a.positions[token];
   // A negative position sees no key; past the cache it sees the whole cache.
   const int64_t count = position < 0 ? 0 : (position < a.ctx ? position : a.ctx - 1) + 1;
+  const int64_t lo = a.window > 0 && position >= a.window ? position - a.window + 1 : 0;
   const int64_t row = token * a.n_head + head;
   float* out = a.out + row * a.out_stride;
   const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
   const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
-  if (!attend<C>(a.q + row * a.q_stride, k, v, a.k_stride, a.v_stride, 0, count, a.scale,
+  if (!attend<C>(a.q + row * a.q_stride, k, v, a.k_stride, a.v_stride, lo < count ? lo : count, count, a.scale,
                  a.head_dim, sh)) {
     // head_dim beyond kMaxHeadDim: make the failure visible rather than silent.
     for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
@@ -631,9 +633,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   // Only the first `used` blocks take keys (at least a.chunk_keys each); with one, the
   // first block writes the head's output itself and no block hands anything over. The
   // fewest keys per block trades hand-offs against parallelism (bench-gpu, short decode).
-  const int64_t used = ops::flash_decode_used_chunks(length, a.chunks, a.chunk_keys);
-  const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, used);
-  const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, used);
+  // A sliding window shares only its keys [lo, length) among the blocks.
+  const int64_t lo = a.window > 0 && length > a.window ? length - a.window : 0;
+  const int64_t used = ops::flash_decode_used_chunks(length - lo, a.chunks, a.chunk_keys);
+  const int64_t begin = lo + ops::flash_decode_chunk_begin(chunk, length - lo, used);
+  const int64_t end = lo + ops::flash_decode_chunk_begin(chunk + 1, length - lo, used);
   if (chunk == 0 && threadIdx.x == 0 && used > 1) {
     ptx::mbarrier_init_for_receive(ptx::smem_addr(&slots_full));
     ptx::mbarrier_expect_bytes(ptx::smem_addr(&slots_full), static_cast<uint32_t>((used - 1) * slot_floats * 4));
