@@ -21,6 +21,12 @@ constexpr std::array<DTypeInfo, kDTypeCount> kInfos = {{
     {"q4_k", 256, 144, true, 12},  // f16 d, dmin + 12 B 6-bit scales/mins + 128 B nibbles
     {"q5_k", 256, 176, true, 13},  // as q4_k + 32 B of fifth bits
     {"q6_k", 256, 210, true, 14},  // 128 B low 4 bits + 64 B high 2 bits + 16 scales + f16 d
+    {"q5_0", 32, 22, true, 6},      // f16 scale + 32 fifth bits + 32 x 4-bit
+    {"q5_1", 32, 24, true, 7},      // f16 scale, f16 min + 32 fifth bits + 32 x 4-bit
+    {"q2_k", 256, 84, true, 10},    // 16 x (4-bit scale, 4-bit min) + 64 B 2-bit + f16 d, dmin
+    {"q3_k", 256, 110, true, 11},   // 32 B high bits + 64 B low 2 bits + 12 B 6-bit scales + f16 d
+    {"iq4_nl", 32, 18, true, 20},   // f16 scale + 32 x 4-bit indices into a 16-value table
+    {"iq4_xs", 256, 136, true, 23},  // f16 d + 8 x 6-bit scales + 128 B 4-bit table indices
 }};
 
 }  // namespace

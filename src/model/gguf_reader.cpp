@@ -36,13 +36,33 @@ constexpr uint64_t kMinArrayBytes = 4 + 8;
 // many up front and otherwise grow only as entries are actually read.
 constexpr uint64_t kMaxReserve = 1 << 16;
 
-// GGML type names by id, from the GGUF spec (ids 4, 5, 31-33 and 36-38 are retired).
-constexpr std::array<std::string_view, 40> kGgmlTypeNames = {
-    "f32",    "f16",   "q4_0",  "q4_1",   "",      "",      "q5_0",    "q5_1",   "q8_0",    "q8_1",
-    "q2_k",   "q3_k",  "q4_k",  "q5_k",   "q6_k",  "q8_k",  "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
-    "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8",    "i16",   "i32",     "i64",    "f64",     "iq1_m",
-    "bf16",   "",      "",      "",       "tq1_0", "tq2_0", "",        "",       "",        "mxfp4",
+// GGML types by id, from the GGUF spec (ids 4, 5, 31-33 and 36-38 are retired): name, and
+// values and bytes per block, so that tensors of types onepass does not compute with can
+// still be listed and placed.
+struct GgmlType {
+  std::string_view name;
+  uint32_t block_elems;
+  uint32_t block_bytes;
 };
+constexpr std::array<GgmlType, 42> kGgmlTypes = {{
+    {"f32", 1, 4},       {"f16", 1, 2},        {"q4_0", 32, 18},     {"q4_1", 32, 20},
+    {"", 0, 0},          {"", 0, 0},           {"q5_0", 32, 22},     {"q5_1", 32, 24},
+    {"q8_0", 32, 34},    {"q8_1", 32, 40},     {"q2_k", 256, 84},    {"q3_k", 256, 110},
+    {"q4_k", 256, 144},  {"q5_k", 256, 176},   {"q6_k", 256, 210},   {"q8_k", 256, 292},
+    {"iq2_xxs", 256, 66}, {"iq2_xs", 256, 74}, {"iq3_xxs", 256, 98}, {"iq1_s", 256, 50},
+    {"iq4_nl", 32, 18},  {"iq3_s", 256, 110},  {"iq2_s", 256, 82},   {"iq4_xs", 256, 136},
+    {"i8", 1, 1},        {"i16", 1, 2},        {"i32", 1, 4},        {"i64", 1, 8},
+    {"f64", 1, 8},       {"iq1_m", 256, 56},   {"bf16", 1, 2},       {"", 0, 0},
+    {"", 0, 0},          {"", 0, 0},           {"tq1_0", 256, 54},   {"tq2_0", 256, 66},
+    {"", 0, 0},          {"", 0, 0},           {"", 0, 0},           {"mxfp4", 32, 17},
+    {"nvfp4", 64, 36},   {"q1_0", 128, 18},
+}};
+
+// The GGML type `id` when the spec defines it (a name and a block size).
+const GgmlType* ggml_type(uint32_t id) {
+  if (id >= kGgmlTypes.size() || kGgmlTypes[id].name.empty()) return nullptr;
+  return &kGgmlTypes[id];
+}
 
 // Encoded size of a fixed-size value type; 0 for string and array.
 uint64_t fixed_size(GgufType type) {
@@ -91,17 +111,6 @@ namespace {
 
 bool known_type(uint32_t id) {
   return id <= static_cast<uint32_t>(GgufType::f64);
-}
-
-std::string supported_tensor_types() {
-  std::string out;
-  for (int i = 0; i < kDTypeCount; ++i) {
-    const DTypeInfo& info = dtype_info(static_cast<DType>(i));
-    if (info.ggml_type < 0) continue;
-    if (!out.empty()) out += ", ";
-    out += info.name;
-  }
-  return out;
 }
 
 template <typename T>
@@ -191,9 +200,8 @@ std::string gguf_type_name(GgufType type) {
 }
 
 std::string_view ggml_type_name(int32_t ggml_type) {
-  if (ggml_type < 0 || static_cast<size_t>(ggml_type) >= kGgmlTypeNames.size()) return "unknown";
-  const std::string_view name = kGgmlTypeNames[static_cast<size_t>(ggml_type)];
-  return name.empty() ? "unknown" : name;
+  const GgmlType* type = ggml_type < 0 ? nullptr : onepass::ggml_type(static_cast<uint32_t>(ggml_type));
+  return type == nullptr ? "unknown" : type->name;
 }
 
 // --- GgufValue ------------------------------------------------------------------------
@@ -559,26 +567,26 @@ class GgufParser {
         ne[d] = static_cast<int64_t>(dim);
       }
       info.shape = make_shape(ne, n_dims);
-      const uint64_t type_at = pos_;
-      const auto ggml_type = read<uint32_t>("type");
+      const auto type_id = read<uint32_t>("type");
       const std::optional<DType> dtype =
-          ggml_type <= static_cast<uint32_t>(std::numeric_limits<int32_t>::max())
-              ? dtype_from_ggml(static_cast<int32_t>(ggml_type))
+          type_id <= static_cast<uint32_t>(std::numeric_limits<int32_t>::max())
+              ? dtype_from_ggml(static_cast<int32_t>(type_id))
               : std::nullopt;
-      if (!dtype) {
-        error("type ", ggml_type_name(static_cast<int32_t>(ggml_type)), " (ggml type ", ggml_type,
-              ") at offset ", type_at, " is not supported; supported: ", supported_tensor_types());
-      }
-      info.dtype = *dtype;
-      const uint32_t block = dtype_block_elems(info.dtype);
+      // A type onepass does not compute with is kept by name (inspect lists it; loading the
+      // tensor fails): placed by its block size where the spec gives one, else as 0 bytes.
+      const GgmlType* spec = ggml_type(type_id);
+      info.dtype = dtype.value_or(DType::u8);
+      if (!dtype) info.unsupported_type = spec != nullptr ? std::string(spec->name) : cat("type ", type_id);
+      const uint32_t block = dtype ? dtype_block_elems(*dtype) : spec != nullptr ? spec->block_elems : 1;
+      const uint64_t block_bytes = dtype ? dtype_size(*dtype) : spec != nullptr ? spec->block_bytes : 0;
+      const std::string type_name = dtype ? std::string(dtype_name(*dtype)) : info.unsupported_type;
       if (ne[0] % block != 0) {
         error("innermost dimension ", ne[0], " at offset ", dims_at + 4, " is not a multiple of ",
-              dtype_name(info.dtype), "'s block of ", block, " values");
+              type_name, "'s block of ", block, " values");
       }
       const uint64_t blocks = static_cast<uint64_t>(elements) / block;
-      if (__builtin_mul_overflow(blocks, uint64_t{dtype_size(info.dtype)}, &info.bytes)) {
-        error(info.shape.str(), " ", dtype_name(info.dtype), " at offset ", dims_at,
-              " needs more than 2^64 bytes");
+      if (__builtin_mul_overflow(blocks, block_bytes, &info.bytes)) {
+        error(info.shape.str(), " ", type_name, " at offset ", dims_at, " needs more than 2^64 bytes");
       }
       const uint64_t offset_at = pos_;
       info.offset = read<uint64_t>("data offset");

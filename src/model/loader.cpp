@@ -19,6 +19,8 @@ namespace onepass::model {
 namespace {
 
 HostTensor host_tensor(const TensorInfo& t) {
+  check(t.unsupported_type.empty(), "model", "tensor '", t.name, "' has type ", t.unsupported_type,
+        ", which onepass cannot load (it computes with ", weight_type_names(), ")");
   HostTensor h;
   h.name = t.name;
   h.dtype = t.dtype;

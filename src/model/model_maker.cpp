@@ -55,8 +55,18 @@ void fill_uniform(float* out, int64_t n, uint64_t stream, float scale) {
   }
 }
 
-bool is_k_quant(DType t) {
-  return t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
+// llama.cpp's type for a matrix of 256-value type `t` whose rows are not 256-multiples.
+DType row_fallback(DType t) {
+  switch (t) {
+    case DType::q4_k:
+      return DType::q5_0;
+    case DType::q5_k:
+      return DType::q5_1;
+    case DType::q6_k:
+      return DType::q8_0;
+    default:
+      return DType::iq4_nl;  // q2_k, q3_k, iq4_xs
+  }
 }
 
 std::vector<std::pair<std::string, GgufMetaValue>> model_metadata(const ModelShape& s, DType type,
@@ -293,34 +303,47 @@ uint32_t llama_file_type(DType type) {
       return 3;
     case DType::q8_0:
       return 7;
+    case DType::q5_0:
+      return 8;
+    case DType::q5_1:
+      return 9;
+    case DType::q2_k:
+      return 10;  // LLAMA_FTYPE_MOSTLY_Q2_K
+    case DType::q3_k:
+      return 11;  // LLAMA_FTYPE_MOSTLY_Q3_K_S
     case DType::q4_k:
       return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
     case DType::q5_k:
       return 17;  // LLAMA_FTYPE_MOSTLY_Q5_K_M
     case DType::q6_k:
       return 18;
+    case DType::iq4_nl:
+      return 25;
+    case DType::iq4_xs:
+      return 30;
     case DType::bf16:
       return 32;
     default:
       break;
   }
-  fail(kWhere, "no llama.cpp file type for ", dtype_name(type),
-       " (make-model writes f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k)");
+  std::string types;
+  for (const DType t : model_file_types()) types += cat(types.empty() ? "" : ", ", dtype_name(t));
+  fail(kWhere, "no llama.cpp file type for ", dtype_name(type), " (make-model writes ", types, ")");
 }
 
 std::vector<DType> model_file_types() {
-  return {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1,
-          DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k};
+  return {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1, DType::q5_0,
+          DType::q5_1, DType::q8_0, DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k,
+          DType::q6_k, DType::iq4_nl, DType::iq4_xs};
 }
 
 DType llama_tensor_type(DType file_type, bool is_output, int64_t cols) {
   (void)llama_file_type(file_type);  // rejects types make-model does not write
   DType t = file_type;
   // llama.cpp keeps the output matrix at 6 bits in every file of fewer bits per weight.
-  const bool low_bits =
-      file_type == DType::q4_0 || file_type == DType::q4_1 || is_k_quant(file_type);
+  const bool low_bits = dtype_is_quantized(file_type) && file_type != DType::q8_0;
   if (is_output && low_bits) t = DType::q6_k;
-  if (is_k_quant(t) && cols % kQuantBlockK != 0) t = t == DType::q4_k ? DType::q4_1 : DType::q8_0;
+  if (dtype_block_elems(t) == kQuantBlockK && cols % kQuantBlockK != 0) t = row_fallback(t);
   if (cols % dtype_block_elems(t) != 0) t = DType::f16;
   return t;
 }

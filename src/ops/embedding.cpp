@@ -17,7 +17,7 @@ void ops::embedding(GraphSession& s, const TensorView& table, const TensorView& 
   require_dtype(ids, DType::i32, op, "ids");
   require_float(out, op, "out");
   check(is_weight_type(table.dtype), op, "table has type ", dtype_name(table.dtype),
-        ", expected f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k or q6_k");
+        ", expected one of ", weight_type_names());
   check(ids.contiguous(), op, "ids must be contiguous");
   const int64_t tokens = ids.numel();
   const int64_t dim = table.cols();

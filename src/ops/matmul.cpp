@@ -16,7 +16,7 @@ void ops::matmul(GraphSession& s, const TensorView& x, const TensorView& w, cons
   require_dtype(x, DType::f32, op, "x");
   require_dtype(out, DType::f32, op, "out");
   check(is_weight_type(w.dtype), op, "w has type ", dtype_name(w.dtype),
-        ", expected f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k or q6_k");
+        ", expected one of ", weight_type_names());
   const int64_t k = w.cols();
   const int64_t n = w.rows();
   const int64_t m = x.rows();

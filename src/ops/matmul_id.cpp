@@ -43,7 +43,7 @@ void ops::matmul_id(GraphSession& s, const TensorView& x, const TensorView& w, c
   require_dtype(ids, DType::i32, op, "ids");
   require_dtype(out, DType::f32, op, "out");
   check(is_weight_type(w.dtype), op, "w has type ", dtype_name(w.dtype),
-        ", expected f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k or q6_k");
+        ", expected one of ", weight_type_names());
   check(params.n_experts > 0 && params.slots > 0, op, "n_experts (", params.n_experts,
         ") and slots (", params.slots, ") must be positive");
   const int64_t experts = params.n_experts;

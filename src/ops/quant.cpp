@@ -1,9 +1,9 @@
 // Host quantize / dequantize for the GGML block formats, the float types and MLX affine.
 //
-// q4_0, q4_1 and q8_0 quantize exactly as ggml's reference quantizers (and gguf-py) do,
-// so their bytes can be compared with gguf-py's. The k-quants use a small least-squares
-// search of their own per sub-block; only their layout (and so dequantize) must match
-// GGUF bit for bit.
+// q4_0, q4_1, q5_0, q5_1 and q8_0 quantize exactly as ggml's reference quantizers (and
+// gguf-py) do, so their bytes can be compared with gguf-py's. The k-quants and the iq4
+// formats use a small least-squares search of their own per sub-block; only their layout
+// (and so dequantize) must match GGUF bit for bit.
 //
 // This file is compiled for the baseline ISA, so the compiler cannot fuse the
 // multiply-adds of the decoders: dequantize() rounds every product like gguf-py does.
@@ -68,6 +68,47 @@ void quantize_q4_1(const float* x, BlockQ4_1& b) {
     const int q1 = std::min(15, static_cast<int>((x[j + 16] - lo) * id + 0.5f));
     b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
   }
+}
+
+// The 5-bit formats pack q's low 4 bits as q4_0 does and bit 4 of value j into bit j of qh.
+void pack_5bit(const int* q, uint8_t qh[4], uint8_t qs[16]) {
+  uint32_t high = 0;
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+  for (int j = 0; j < 32; ++j) high |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  std::memcpy(qh, &high, 4);
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0& b) {
+  float amax = 0.0f;
+  float max = 0.0f;  // the value of largest magnitude, sign kept (first one on ties)
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b.d = f32_to_f16(d);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+  pack_5bit(q, b.qh, b.qs);
+}
+
+void quantize_q5_1(const float* x, BlockQ5_1& b) {
+  float lo = x[0];
+  float hi = x[0];
+  for (int j = 1; j < 32; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float d = (hi - lo) / 31.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b.d = f32_to_f16(d);
+  b.m = f32_to_f16(lo);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>((x[j] - lo) * id + 0.5f));
+  pack_5bit(q, b.qh, b.qs);
 }
 
 void quantize_q8_0(const float* x, BlockQ8_0& b) {
@@ -198,9 +239,10 @@ void quantize_q5_k(const float* x, BlockQ5_K& b) {
   }
 }
 
-// Fits x[0..16) ~ s * q with q in [-32, 31]: the value of largest magnitude is mapped
-// near either end of the range, and s is refitted by least squares for each rounding.
-float fit_symmetric_scale(const float* x) {
+// Fits x[0..16) ~ s * q with q in [qmin, qmax] (qmin = -qmax - 1): the value of largest
+// magnitude is mapped near either end of the range, and s is refitted by least squares for
+// each rounding.
+float fit_symmetric_scale(const float* x, int qmin, int qmax) {
   float amax = 0.0f;
   float vmax = 0.0f;
   for (int j = 0; j < 16; ++j) {
@@ -210,13 +252,15 @@ float fit_symmetric_scale(const float* x) {
     }
   }
   if (amax == 0.0f) return 0.0f;
-  float best = vmax / -32.0f;
+  float best = vmax / static_cast<float>(qmin);
   double best_fit = -1;
-  for (float target : {-32.0f, -31.75f, -31.5f, -31.25f, -31.0f, 31.0f, 30.75f, 30.5f}) {
+  const float lo = static_cast<float>(qmin);
+  const float hi = static_cast<float>(qmax);
+  for (float target : {lo, lo + 0.25f, lo + 0.5f, lo + 0.75f, lo + 1.0f, hi, hi - 0.25f, hi - 0.5f}) {
     const float inv = target / vmax;
     double sxq = 0, sqq = 0;
     for (int j = 0; j < 16; ++j) {
-      const int q = round_clamped(x[j] * inv, -32, 31);
+      const int q = round_clamped(x[j] * inv, qmin, qmax);
       sxq += static_cast<double>(x[j]) * q;
       sqq += static_cast<double>(q) * q;
     }
@@ -235,7 +279,7 @@ void quantize_q6_k(const float* x, BlockQ6_K& b) {
   float scale[16];
   float max_abs = 0.0f;
   for (int i = 0; i < 16; ++i) {
-    scale[i] = fit_symmetric_scale(x + 16 * i);
+    scale[i] = fit_symmetric_scale(x + 16 * i, -32, 31);
     max_abs = std::max(max_abs, std::fabs(scale[i]));
   }
   b.d = f32_to_f16(max_abs / 127.0f);
@@ -266,6 +310,145 @@ void quantize_q6_k(const float* x, BlockQ6_K& b) {
   }
 }
 
+void quantize_q2_k(const float* x, BlockQ2_K& b) {
+  float scale[16];
+  float offset[16];
+  float max_scale = 0.0f;
+  float max_offset = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    fit_scale_offset(x + 16 * i, 16, 3, scale[i], offset[i]);
+    max_scale = std::max(max_scale, scale[i]);
+    max_offset = std::max(max_offset, offset[i]);
+  }
+  b.d = f32_to_f16(max_scale / 15.0f);
+  b.dmin = f32_to_f16(max_offset / 15.0f);
+  const float d = f16_to_f32(b.d);
+  const float dmin = f16_to_f32(b.dmin);
+  std::memset(b.qs, 0, sizeof(b.qs));
+  for (int i = 0; i < 16; ++i) {
+    const int sc = d > 0 ? round_clamped(scale[i] / d, 0, 15) : 0;
+    const int mn = dmin > 0 ? round_clamped(offset[i] / dmin, 0, 15) : 0;
+    b.scales[i] = static_cast<uint8_t>(sc | (mn << 4));
+    // Round each value against the scale and offset the decoder will actually use.
+    const float s = d * static_cast<float>(sc);
+    const float o = dmin * static_cast<float>(mn);
+    const float inv = s > 0 ? 1.0f / s : 0.0f;
+    for (int r = 0; r < 16; ++r) {
+      const int e = 16 * i + r;
+      const int q = round_clamped((x[e] + o) * inv, 0, 3);
+      b.qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(q << (2 * (e % 128 / 32)));
+    }
+  }
+}
+
+void quantize_q3_k(const float* x, BlockQ3_K& b) {
+  float scale[16];
+  float max_abs = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    scale[i] = fit_symmetric_scale(x + 16 * i, -4, 3);
+    max_abs = std::max(max_abs, std::fabs(scale[i]));
+  }
+  b.d = f32_to_f16(max_abs / 31.0f);
+  const float d = f16_to_f32(b.d);
+  std::memset(b.hmask, 0, sizeof(b.hmask));
+  std::memset(b.qs, 0, sizeof(b.qs));
+  std::memset(b.scales, 0, sizeof(b.scales));
+  for (int i = 0; i < 16; ++i) {
+    const int sc = d > 0 ? round_clamped(scale[i] / d, -32, 31) : 0;
+    const int field = sc + 32;
+    b.scales[i % 8] = static_cast<uint8_t>(b.scales[i % 8] | ((field & 0xF) << (i < 8 ? 0 : 4)));
+    b.scales[8 + i % 4] = static_cast<uint8_t>(b.scales[8 + i % 4] | ((field >> 4) << (2 * (i / 4))));
+    const float s = d * static_cast<float>(sc);
+    const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+    for (int r = 0; r < 16; ++r) {
+      const int e = 16 * i + r;
+      const int q = round_clamped(x[e] * inv, -4, 3) + 4;  // 0..7: bit 2 is the hmask bit
+      b.qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((q & 3) << (2 * (e % 128 / 32)));
+      b.hmask[e % 32] |= static_cast<uint8_t>((q >> 2) << (e / 32));
+    }
+  }
+}
+
+// Index of the kIq4Values entry nearest v (the lower one on ties).
+int nearest_iq4(float v) {
+  int lo = 0;
+  int hi = 15;
+  while (hi - lo > 1) {  // kIq4Values is increasing
+    const int mid = (lo + hi) / 2;
+    (v < static_cast<float>(kIq4Values[mid]) ? hi : lo) = mid;
+  }
+  return v - static_cast<float>(kIq4Values[lo]) <= static_cast<float>(kIq4Values[hi]) - v ? lo : hi;
+}
+
+// Fits x[0..n) ~ s * kIq4Values[q]: maps the value of largest magnitude near either end of
+// the grid, picks the nearest entries, refits s by least squares for each choice and keeps
+// the best. Returns s (0 for an all-zero block).
+float fit_iq4_scale(const float* x, int n) {
+  float amax = 0.0f;
+  float vmax = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      vmax = x[j];
+    }
+  }
+  if (amax == 0.0f) return 0.0f;
+  float best = vmax / static_cast<float>(kIq4Values[0]);
+  double best_fit = -1;
+  for (int step = -10; step <= 10; ++step) {
+    // The largest value maps to -127 + step / 2 (or to 113 - step / 2 on the other side).
+    for (float end : {static_cast<float>(kIq4Values[0]), static_cast<float>(kIq4Values[15])}) {
+      const float target = end + (end < 0 ? 0.5f : -0.5f) * static_cast<float>(step);
+      const float inv = target / vmax;
+      double sxq = 0, sqq = 0;
+      for (int j = 0; j < n; ++j) {
+        const double v = kIq4Values[nearest_iq4(x[j] * inv)];
+        sxq += x[j] * v;
+        sqq += v * v;
+      }
+      const double fit = sxq * sxq / sqq;  // Σx² minus the squared error of s = Σxv / Σv²
+      if (fit > best_fit) {
+        best_fit = fit;
+        best = static_cast<float>(sxq / sqq);
+      }
+    }
+  }
+  return best;
+}
+
+// Nibble indices of 32 values against scale s, packed as q4_0 (value j low, j + 16 high).
+void pack_iq4(const float* x, float s, uint8_t qs[16]) {
+  const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>(nearest_iq4(x[j] * inv) | (nearest_iq4(x[j + 16] * inv) << 4));
+  }
+}
+
+void quantize_iq4_nl(const float* x, BlockIQ4_NL& b) {
+  b.d = f32_to_f16(fit_iq4_scale(x, 32));
+  pack_iq4(x, f16_to_f32(b.d), b.qs);
+}
+
+void quantize_iq4_xs(const float* x, BlockIQ4_XS& b) {
+  float scale[8];
+  float max_abs = 0.0f;
+  for (int i = 0; i < 8; ++i) {
+    scale[i] = fit_iq4_scale(x + 32 * i, 32);
+    max_abs = std::max(max_abs, std::fabs(scale[i]));
+  }
+  b.d = f32_to_f16(max_abs / 31.0f);
+  const float d = f16_to_f32(b.d);
+  b.scales_h = 0;
+  std::memset(b.scales_l, 0, sizeof(b.scales_l));
+  for (int i = 0; i < 8; ++i) {
+    const int sc = d > 0 ? round_clamped(scale[i] / d, -32, 31) : 0;
+    const int field = sc + 32;
+    b.scales_l[i / 2] = static_cast<uint8_t>(b.scales_l[i / 2] | ((field & 0xF) << (4 * (i % 2))));
+    b.scales_h = static_cast<uint16_t>(b.scales_h | ((field >> 4) << (2 * i)));
+    pack_iq4(x + 32 * i, d * static_cast<float>(sc), b.qs + 16 * i);
+  }
+}
+
 template <typename Block, typename Fn>
 void quantize_blocks(const float* src, int64_t n, void* dst, int block_elems, Fn fn) {
   auto* out = static_cast<Block*>(dst);
@@ -287,8 +470,8 @@ void dequantize_blocks(const void* src, int64_t n, float* dst, int block_elems) 
 }
 
 void check_count(DType type, int64_t n, const void* src, const void* dst) {
-  check(is_weight_type(type), kWhere, dtype_name(type),
-        " is not a weight type (f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k)");
+  check(is_weight_type(type), kWhere, dtype_name(type), " is not a weight type (",
+        weight_type_names(), ")");
   const int64_t block = dtype_block_elems(type);
   check(n >= 0 && n % block == 0, kWhere, dtype_name(type), " stores values in blocks of ", block,
         "; ", n, " values is not a whole number of blocks");
@@ -315,10 +498,30 @@ bool is_weight_type(DType type) {
     case DType::q4_k:
     case DType::q5_k:
     case DType::q6_k:
+    case DType::q5_0:
+    case DType::q5_1:
+    case DType::q2_k:
+    case DType::q3_k:
+    case DType::iq4_nl:
+    case DType::iq4_xs:
       return true;
     default:
       return false;
   }
+}
+
+const std::string& weight_type_names() {
+  static const std::string names = [] {
+    std::string out;
+    for (int i = 0; i < kDTypeCount; ++i) {
+      const auto type = static_cast<DType>(i);
+      if (!is_weight_type(type)) continue;
+      out += out.empty() ? "" : ", ";
+      out += dtype_name(type);
+    }
+    return out;
+  }();
+  return names;
 }
 
 void quantize(DType type, const float* src, int64_t n, void* dst) {
@@ -347,6 +550,18 @@ void quantize(DType type, const float* src, int64_t n, void* dst) {
       return quantize_blocks<BlockQ5_K>(src, n, dst, 256, quantize_q5_k);
     case DType::q6_k:
       return quantize_blocks<BlockQ6_K>(src, n, dst, 256, quantize_q6_k);
+    case DType::q5_0:
+      return quantize_blocks<BlockQ5_0>(src, n, dst, 32, quantize_q5_0);
+    case DType::q5_1:
+      return quantize_blocks<BlockQ5_1>(src, n, dst, 32, quantize_q5_1);
+    case DType::q2_k:
+      return quantize_blocks<BlockQ2_K>(src, n, dst, 256, quantize_q2_k);
+    case DType::q3_k:
+      return quantize_blocks<BlockQ3_K>(src, n, dst, 256, quantize_q3_k);
+    case DType::iq4_nl:
+      return quantize_blocks<BlockIQ4_NL>(src, n, dst, 32, quantize_iq4_nl);
+    case DType::iq4_xs:
+      return quantize_blocks<BlockIQ4_XS>(src, n, dst, 256, quantize_iq4_xs);
     default:
       fail(kWhere, "cannot quantize to ", dtype_name(type));
   }
@@ -380,6 +595,18 @@ void dequantize(DType type, const void* src, int64_t n, float* dst) {
       return dequantize_blocks<BlockQ5_K>(src, n, dst, 256);
     case DType::q6_k:
       return dequantize_blocks<BlockQ6_K>(src, n, dst, 256);
+    case DType::q5_0:
+      return dequantize_blocks<BlockQ5_0>(src, n, dst, 32);
+    case DType::q5_1:
+      return dequantize_blocks<BlockQ5_1>(src, n, dst, 32);
+    case DType::q2_k:
+      return dequantize_blocks<BlockQ2_K>(src, n, dst, 256);
+    case DType::q3_k:
+      return dequantize_blocks<BlockQ3_K>(src, n, dst, 256);
+    case DType::iq4_nl:
+      return dequantize_blocks<BlockIQ4_NL>(src, n, dst, 32);
+    case DType::iq4_xs:
+      return dequantize_blocks<BlockIQ4_XS>(src, n, dst, 256);
     default:
       fail(kWhere, "cannot dequantize ", dtype_name(type));
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -407,6 +408,45 @@ TEST_F(CliTest, MakeModelRefusesOutputsThatAreNotRegularFiles) {
   r = make(dir_ / "old.gguf");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_GT(fs::file_size(dir_ / "old.gguf"), 3u);
+}
+
+// inspect lists any GGUF file: tensors of types onepass does not compute with (a known
+// GGML type, iq2_xxs, and an id it does not know, 99) are named and marked unsupported.
+TEST_F(CliTest, InspectListsUnsupportedTensorTypes) {
+  const fs::path file = dir_ / "types.gguf";
+  const std::vector<float> values(256, 1.0f);
+  {
+    GgufWriter w(file);
+    w.set_string("general.architecture", "llama");
+    for (const char* name : {"tensor_iq2", "tensor_t99", "tensor_f32"}) {
+      w.add_tensor(name, DType::f32, Shape{256});
+    }
+    for (const char* name : {"tensor_iq2", "tensor_t99", "tensor_f32"}) {
+      w.write_tensor(name, values.data(), values.size() * 4);
+    }
+    w.finish();
+  }
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // Each tensor info: name, n_dims (1), one dimension, then the type (f32 = 0).
+  for (const auto& [name, type] : {std::pair<std::string, uint32_t>{"tensor_iq2", 16}, {"tensor_t99", 99}}) {
+    const size_t at = bytes.find(name) + name.size() + 4 + 8;
+    ASSERT_EQ(bytes.compare(at, 4, std::string(4, '\0')), 0);
+    std::memcpy(&bytes[at], &type, 4);
+  }
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  const ToolRun r = run({"inspect", file.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("tensor_iq2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("iq2_xxs (unsupported)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("type 99 (unsupported)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensors: 3\n"), std::string::npos) << r.out;
 }
 
 // inspect prints what the file says with control characters escaped: a metadata key, a

@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -72,7 +73,12 @@ TEST(ModelMakerRules, TensorTypesFollowLlamaCpp) {
   EXPECT_EQ(llama_tensor_type(DType::q8_0, true, 2048), DType::q8_0);
   EXPECT_EQ(llama_tensor_type(DType::f16, true, 2048), DType::f16);
   // k-quant fallbacks for rows that are not 256-multiples, f16 for partial blocks.
-  EXPECT_EQ(llama_tensor_type(DType::q4_k, false, 576), DType::q4_1);
+  EXPECT_EQ(llama_tensor_type(DType::q4_k, false, 576), DType::q5_0);
+  EXPECT_EQ(llama_tensor_type(DType::q5_k, false, 576), DType::q5_1);
+  EXPECT_EQ(llama_tensor_type(DType::q2_k, false, 640), DType::iq4_nl);
+  EXPECT_EQ(llama_tensor_type(DType::iq4_xs, false, 640), DType::iq4_nl);
+  EXPECT_EQ(llama_tensor_type(DType::q5_0, true, 640), DType::q8_0);
+  EXPECT_EQ(llama_tensor_type(DType::q3_k, true, 2048), DType::q6_k);
   EXPECT_EQ(llama_tensor_type(DType::q4_k, false, 2048), DType::q4_k);
   EXPECT_EQ(llama_tensor_type(DType::q6_k, false, 576), DType::q8_0);
   EXPECT_EQ(llama_tensor_type(DType::q4_0, false, 48), DType::f16);
@@ -84,6 +90,12 @@ TEST(ModelMakerRules, TensorTypesFollowLlamaCpp) {
   EXPECT_EQ(llama_file_type(DType::q8_0), 7u);
   EXPECT_EQ(llama_file_type(DType::q4_k), 15u);
   EXPECT_EQ(llama_file_type(DType::q6_k), 18u);
+  EXPECT_EQ(llama_file_type(DType::q5_0), 8u);
+  EXPECT_EQ(llama_file_type(DType::q5_1), 9u);
+  EXPECT_EQ(llama_file_type(DType::q2_k), 10u);
+  EXPECT_EQ(llama_file_type(DType::q3_k), 11u);
+  EXPECT_EQ(llama_file_type(DType::iq4_nl), 25u);
+  EXPECT_EQ(llama_file_type(DType::iq4_xs), 30u);
 }
 
 TEST(ModelMakerRules, PlansOfTheReferenceShapes) {
@@ -215,10 +227,49 @@ TEST_P(ModelMakerTypes, WritesAModelThatLoadsAndDecodes) {
 
 INSTANTIATE_TEST_SUITE_P(Types, ModelMakerTypes,
                          ::testing::Values(DType::f16, DType::q8_0, DType::q4_0, DType::q4_1,
-                                           DType::q4_k, DType::q6_k),
+                                           DType::q4_k, DType::q6_k, DType::q5_0, DType::q5_1,
+                                           DType::q2_k, DType::q3_k, DType::iq4_nl, DType::iq4_xs),
                          [](const ::testing::TestParamInfo<DType>& param) {
                            return std::string(dtype_name(param.param));
                          });
+
+// A file with a tensor of a GGML type onepass does not compute with (iq2_xxs, patched into
+// a written model's tensor info): the file opens and lists the tensor by the type's name;
+// loading that tensor fails with an error naming the tensor and the type.
+TEST_F(ModelMakerTest, UnsupportedTensorTypeIsListedButNotLoaded) {
+  const fs::path file = path("iq2.gguf");
+  make_model(small_shape(), DType::q4_k, file, {.seed = 3});
+  std::vector<uint8_t> bytes = read_bytes(file);
+  const std::string name = "blk.0.attn_q.weight";
+  const auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
+  ASSERT_NE(at, bytes.end());
+  // name, n_dims (2), two dims, then the type: q4_k (12) becomes iq2_xxs (16), whose
+  // blocks are smaller, so the tensor still lies inside its old data.
+  const size_t type_at = static_cast<size_t>(at - bytes.begin()) + name.size() + 4 + 16;
+  uint32_t type = 0;
+  std::memcpy(&type, &bytes[type_at], 4);
+  ASSERT_EQ(type, 12u);
+  type = 16;
+  std::memcpy(&bytes[type_at], &type, 4);
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const GgufFile gguf = GgufFile::open(file);
+  EXPECT_EQ(gguf.tensor(name).unsupported_type, "iq2_xxs");
+  EXPECT_EQ(gguf.tensor(name).bytes, 256u * 66u);  // [256, 256]: 256 blocks of 66 bytes
+  EXPECT_TRUE(gguf.tensor("blk.0.attn_k.weight").unsupported_type.empty());
+  const std::unique_ptr<ModelSource> source = open_model(file);
+  EXPECT_TRUE(source->find("blk.0.attn_k.weight").has_value());
+  try {
+    (void)source->find(name);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'blk.0.attn_q.weight' has type iq2_xxs"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(LlamaModel(testing::cpu_backend(), *source, LoadOptions{.context = 32}), Error);
+}
 
 TEST_F(ModelMakerTest, SmollmLikeShapeGetsQ8EmbeddingAndLoads) {
   ModelShape shape = *find_model_shape("smollm2-135m");

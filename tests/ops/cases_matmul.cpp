@@ -40,15 +40,16 @@ namespace quant_cases {
 // A function rather than a global: case tables of other files are filled during static
 // initialisation.
 const std::vector<DType>& weight_types() {
-  static const std::vector<DType> types = {DType::f32,  DType::f16,  DType::bf16,
-                                           DType::q4_0, DType::q4_1, DType::q8_0,
-                                           DType::q4_k, DType::q5_k, DType::q6_k};
+  static const std::vector<DType> types = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0,
+                                           DType::q4_1, DType::q8_0, DType::q4_k, DType::q5_k,
+                                           DType::q6_k, DType::q5_0, DType::q5_1, DType::q2_k,
+                                           DType::q3_k, DType::iq4_nl, DType::iq4_xs};
   return types;
 }
 
 // Weights of `type` and shape [..., cols] (cols a multiple of the block size) in `values`
 // (the dequantized values, row-major) and `offsets` (the additive term of each value's
-// block: q4_1 m, q4_k/q5_k -dmin·min; 0 for the other types).
+// block: q4_1/q5_1 m, q4_k/q5_k/q2_k -dmin·min; 0 for the other types).
 // Block formats come from quantizing uniform [-1, 1] data, or with `random_bits` from
 // random bytes with small random f16 scales (every bit pattern of the quant fields).
 TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<double>& values,
@@ -66,10 +67,15 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
     std::uniform_real_distribution<float> magnitude(1e-3f, 0.05f);
     const size_t block = dtype_size(type);
     for (size_t b = 0; b < bytes.size(); b += block) {
-      std::vector<size_t> fields;
-      if (type == DType::q4_0 || type == DType::q8_0) fields = {0};
-      if (type == DType::q4_1 || type == DType::q4_k || type == DType::q5_k) fields = {0, 2};
+      std::vector<size_t> fields;  // the f16 scales of the block
+      if (type == DType::q4_0 || type == DType::q8_0 || type == DType::q5_0 || type == DType::iq4_nl ||
+          type == DType::iq4_xs) {
+        fields = {0};
+      }
+      if (type == DType::q4_1 || type == DType::q4_k || type == DType::q5_k || type == DType::q5_1) fields = {0, 2};
       if (type == DType::q6_k) fields = {208};
+      if (type == DType::q2_k) fields = {80, 82};
+      if (type == DType::q3_k) fields = {108};
       for (size_t f : fields) {
         const float v = (c.rng()() & 1 ? 1.0f : -1.0f) * magnitude(c.rng());
         const uint16_t h = f32_to_f16(v);
@@ -85,20 +91,27 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
   std::vector<float> decoded(static_cast<size_t>(count));
   dequantize(type, bytes.data(), count, decoded.data());
   values.assign(decoded.begin(), decoded.end());
-  if (type == DType::q4_1 || type == DType::q4_k || type == DType::q5_k) {
-    const int64_t elems = dtype_block_elems(type);
-    for (int64_t b = 0; b < count / elems; ++b) {
-      const uint8_t* block = bytes.data() + b * static_cast<int64_t>(dtype_size(type));
-      uint16_t half;
-      std::memcpy(&half, block + 2, 2);
-      for (int64_t j = 0; j < elems; ++j) {
-        float offset = f16_to_f32(half);
-        if (type != DType::q4_1) {
-          int sc = 0, mn = 0;
-          kquant_scale_min(block + 4, static_cast<int>(j / 32), sc, mn);
-          offset = -(offset * static_cast<float>(mn));
-        }
-        offsets[static_cast<size_t>(b * elems + j)] = offset;
+  auto half_at = [](const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return f16_to_f32(h);
+  };
+  const int64_t elems = dtype_block_elems(type);
+  for (int64_t b = 0; b < count / elems; ++b) {
+    const uint8_t* block = bytes.data() + b * static_cast<int64_t>(dtype_size(type));
+    double* o = offsets.data() + b * elems;
+    if (type == DType::q4_1 || type == DType::q5_1) {
+      std::fill_n(o, elems, static_cast<double>(half_at(block + 2)));
+    } else if (type == DType::q4_k || type == DType::q5_k) {
+      for (int i = 0; i < 8; ++i) {
+        int sc = 0, mn = 0;
+        kquant_scale_min(block + 4, i, sc, mn);
+        std::fill_n(o + 32 * i, 32, -static_cast<double>(half_at(block + 2) * static_cast<float>(mn)));
+      }
+    } else if (type == DType::q2_k) {
+      for (int i = 0; i < 16; ++i) {
+        const float mn = static_cast<float>(block[i] >> 4);
+        std::fill_n(o + 16 * i, 16, -static_cast<double>(half_at(block + 82) * mn));
       }
     }
   }

@@ -7,9 +7,10 @@
         IN holds raw GGUF bytes of TYPE (whole blocks); OUT gets the values as float32
     gguf_quants.py quantize TYPE IN OUT
         IN holds float32 values; OUT gets gguf-py's bytes of TYPE (types gguf-py can
-        quantize: f32, f16, bf16, q4_0, q4_1, q8_0)
+        quantize: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0)
 
-TYPE is an onepass dtype name: f32 f16 bf16 q4_0 q4_1 q8_0 q4_k q5_k q6_k.
+TYPE is an onepass dtype name: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
+iq4_nl iq4_xs.
 """
 import sys
 
@@ -23,6 +24,12 @@ TYPES = {
     "q4_k": "Q4_K",
     "q5_k": "Q5_K",
     "q6_k": "Q6_K",
+    "q5_0": "Q5_0",
+    "q5_1": "Q5_1",
+    "q2_k": "Q2_K",
+    "q3_k": "Q3_K",
+    "iq4_nl": "IQ4_NL",
+    "iq4_xs": "IQ4_XS",
 }
 
 

@@ -27,10 +27,9 @@
 namespace onepass {
 namespace {
 
-constexpr DType kBlockTypes[] = {DType::q4_0, DType::q4_1, DType::q8_0,
-                                 DType::q4_k, DType::q5_k, DType::q6_k};
 constexpr DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1,
-                                  DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k};
+                                  DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k, DType::q5_0,
+                                  DType::q5_1, DType::q2_k, DType::q3_k, DType::iq4_nl, DType::iq4_xs};
 
 // --- gguf-py through tests/tools/gguf_quants.py ------------------------------------------
 
@@ -112,13 +111,21 @@ std::vector<size_t> half_fields(DType t) {
   switch (t) {
     case DType::q4_0:
     case DType::q8_0:
+    case DType::q5_0:
+    case DType::iq4_nl:
+    case DType::iq4_xs:
       return {0};
     case DType::q4_1:
     case DType::q4_k:
     case DType::q5_k:
+    case DType::q5_1:
       return {0, 2};
     case DType::q6_k:
       return {208};
+    case DType::q2_k:
+      return {80, 82};
+    case DType::q3_k:
+      return {108};
     default:
       return {};
   }
@@ -165,25 +172,33 @@ std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
   return bytes;
 }
 
-// The additive term of each value's block (q4_1: m; q4_k, q5_k: -dmin * min), 0 for the
-// other formats. Kernels may sum scale * q and offset parts separately, so their rounding
-// error scales with |scale * q| + |offset| <= |w| + 2|offset|.
+// The additive term of each value's block (q4_1, q5_1: m; q4_k, q5_k, q2_k: -dmin * min),
+// 0 for the other formats. Kernels may sum scale * q and offset parts separately, so their
+// rounding error scales with |scale * q| + |offset| <= |w| + 2|offset|.
 std::vector<float> block_offsets(DType t, const std::vector<uint8_t>& bytes) {
   const int64_t blocks = static_cast<int64_t>(bytes.size() / dtype_size(t));
-  std::vector<float> out(static_cast<size_t>(blocks * dtype_block_elems(t)), 0.0f);
-  for (int64_t b = 0; b < blocks && (t == DType::q4_1 || t == DType::q4_k || t == DType::q5_k);
-       ++b) {
+  const int64_t elems = dtype_block_elems(t);
+  std::vector<float> out(static_cast<size_t>(blocks * elems), 0.0f);
+  auto half_at = [](const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return f16_to_f32(h);
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* block = bytes.data() + b * static_cast<int64_t>(dtype_size(t));
-    uint16_t half;
-    std::memcpy(&half, block + 2, 2);
-    for (int i = 0; i < (t == DType::q4_1 ? 1 : 8); ++i) {
-      float offset = f16_to_f32(half);
-      if (t != DType::q4_1) {
+    float* o = out.data() + b * elems;
+    if (t == DType::q4_1 || t == DType::q5_1) {
+      std::fill_n(o, 32, half_at(block + 2));
+    } else if (t == DType::q4_k || t == DType::q5_k) {
+      for (int i = 0; i < 8; ++i) {
         int sc = 0, mn = 0;
         kquant_scale_min(block + 4, i, sc, mn);
-        offset = -(offset * static_cast<float>(mn));
+        std::fill_n(o + 32 * i, 32, -(half_at(block + 2) * static_cast<float>(mn)));
       }
-      std::fill_n(out.begin() + b * dtype_block_elems(t) + i * 32, 32, offset);
+    } else if (t == DType::q2_k) {
+      for (int i = 0; i < 16; ++i) {
+        std::fill_n(o + 16 * i, 16, -(half_at(block + 82) * static_cast<float>(block[i] >> 4)));
+      }
     }
   }
   return out;
@@ -205,6 +220,12 @@ TEST(Quant, BlockStructsMatchDTypeTable) {
   EXPECT_EQ(sizeof(BlockQ4_K), dtype_size(DType::q4_k));
   EXPECT_EQ(sizeof(BlockQ5_K), dtype_size(DType::q5_k));
   EXPECT_EQ(sizeof(BlockQ6_K), dtype_size(DType::q6_k));
+  EXPECT_EQ(sizeof(BlockQ5_0), dtype_size(DType::q5_0));
+  EXPECT_EQ(sizeof(BlockQ5_1), dtype_size(DType::q5_1));
+  EXPECT_EQ(sizeof(BlockIQ4_NL), dtype_size(DType::iq4_nl));
+  EXPECT_EQ(sizeof(BlockQ2_K), dtype_size(DType::q2_k));
+  EXPECT_EQ(sizeof(BlockQ3_K), dtype_size(DType::q3_k));
+  EXPECT_EQ(sizeof(BlockIQ4_XS), dtype_size(DType::iq4_xs));
   EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
   EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
 }
@@ -268,7 +289,7 @@ TEST(Quant, QuantizeMatchesGgufPyWhereItQuantizes) {
   }
   std::fill(x.begin(), x.begin() + 32, 0.0f);
   std::fill(x.begin() + 32, x.begin() + 64, 0.375f);
-  for (DType t : {DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0}) {
+  for (DType t : {DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0, DType::q5_0, DType::q5_1}) {
     SCOPED_TRACE(dtype_name(t));
     const std::vector<uint8_t> ours = quantized(t, x);
     std::vector<uint8_t> input(x.size() * 4);
@@ -354,15 +375,23 @@ TEST(Quant, RoundTripQ4_1WithinHalfAStep) {
 
 // k-quants: a uniform quantizer with step h has error uniformly spread over [-h/2, h/2]
 // for data that is smooth at the scale of a step, so an RMS of h / sqrt(12). Per
-// sub-block h = range / (levels - 1): q4_k / q5_k cover [min(0, lo), hi] with 15 / 31
-// steps, q6_k covers [-amax, amax] with 63 steps. The quantizer refits scale and min by
-// least squares (never worse than plain min/max rounding), then rounds them to 6 or 8 bits
-// relative to the super-block's largest, which moves a step by <= 1/126 of the largest and
-// the offset by <= 1/126 of the largest min. We allow 15% over the uniform-noise RMS for
-// that, and check each super-block as well as the whole tensor.
+// sub-block h = range / (levels - 1): q2_k / q4_k / q5_k cover [min(0, lo), hi] with
+// 3 / 15 / 31 steps, q6_k covers [-amax, amax] with 63 steps and q3_k with 8 (its largest
+// value maps to -4); the iq4 grid spans [-amax, amax] in 15 uneven steps, 16 on average.
+// The quantizer refits scale and min by least squares (never worse than plain min/max
+// rounding), then rounds them to 4, 6 or 8 bits relative to the super-block's largest,
+// which moves a step by <= 1/126 of the largest and the offset by <= 1/126 of the largest
+// min (1/30 for q2_k's 4 bits). We allow 15% over the uniform-noise RMS for that, and check
+// each super-block as well as the whole tensor.
 double ideal_rms(DType t, const float* x, int64_t n) {
-  const int sub = t == DType::q6_k ? 16 : 32;
-  const int levels = t == DType::q4_k ? 15 : t == DType::q5_k ? 31 : 63;
+  const bool symmetric = t == DType::q6_k || t == DType::q3_k || t == DType::iq4_nl || t == DType::iq4_xs;
+  const int sub = t == DType::q6_k || t == DType::q2_k || t == DType::q3_k ? 16 : 32;
+  const double levels = t == DType::q2_k   ? 3
+                        : t == DType::q3_k ? 8
+                        : t == DType::q4_k ? 15
+                        : t == DType::q5_k ? 31
+                        : t == DType::q6_k ? 63
+                                           : 16;
   double sum = 0;
   for (int64_t s = 0; s < n / sub; ++s) {
     const float* v = x + s * sub;
@@ -372,8 +401,7 @@ double ideal_rms(DType t, const float* x, int64_t n) {
       hi = std::max(hi, v[j]);
       amax = std::max(amax, std::fabs(v[j]));
     }
-    if (t != DType::q6_k) hi = std::max(hi, v[0]);
-    const double range = t == DType::q6_k ? 2.0 * amax : hi - lo;
+    const double range = symmetric ? 2.0 * amax : hi - lo;
     const double h = range / levels;
     sum += h * h / 12.0;
   }
@@ -391,7 +419,8 @@ TEST(Quant, RoundTripKQuantsWithinUniformNoiseRms) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
-  for (DType t : {DType::q4_k, DType::q5_k, DType::q6_k}) {
+  for (DType t : {DType::q4_k, DType::q5_k, DType::q6_k, DType::q2_k, DType::q3_k, DType::iq4_nl,
+                  DType::iq4_xs}) {
     for (int data = 0; data < 3; ++data) {
       SCOPED_TRACE(cat(dtype_name(t), data == 0   ? " uniform"
                                       : data == 1 ? " normal"

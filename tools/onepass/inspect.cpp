@@ -75,12 +75,14 @@ void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
   size_t index = 0;
   for (const TensorInfo& t : file.tensors()) {
     const auto numel = static_cast<uint64_t>(t.shape.numel());
+    // A type onepass cannot compute with is listed by the file's name for it.
+    const std::string type = t.unsupported_type.empty() ? std::string(dtype_name(t.dtype))
+                                                        : t.unsupported_type + " (unsupported)";
     if (args.tensors) {
       std::printf("  %4zu %-32s %-6s %-18s %12s bytes\n", index, printable(t.name, false).c_str(),
-                  std::string(dtype_name(t.dtype)).c_str(), t.shape.str().c_str(),
-                  format_grouped(t.bytes).c_str());
+                  type.c_str(), t.shape.str().c_str(), format_grouped(t.bytes).c_str());
     }
-    TypeTotal& total = totals[std::string(dtype_name(t.dtype))];
+    TypeTotal& total = totals[type];
     ++total.tensors;
     total.parameters += numel;
     total.bytes += t.bytes;

@@ -148,11 +148,10 @@ Command add_make_model_command(CLI::App& parent) {
       "q4_0). Dimension flags\n"
       "also override a named shape. Tensor types follow llama.cpp: norms f32, matrices in --type, "
       "except that the\n"
-      "output matrix of a 4/5/6-bit file is q6_k (q8_0 when its rows are not a multiple of 256).");
+      "output matrix of a file below 8 bits is q6_k (q8_0 when its rows are not a multiple of 256).");
   app->add_option("shape", args->shape, "smollm2-135m, llama-1b or llama-8b");
   app->add_option("-o,--output", args->output, "GGUF file to write");
-  app->add_option("--type", args->type,
-                  "f16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, bf16 or f32 (default: the shape's)");
+  app->add_option("--type", args->type, type_list() + " (default: the shape's)");
   app->add_option("--seed", args->seed, "Seed of the weights and vocabulary")
       ->capture_default_str();
   app->add_option("--threads", args->threads, "Threads (default 0: one per hardware thread)")

@@ -23,9 +23,15 @@ enum class DType : uint8_t {
   q4_k,
   q5_k,
   q6_k,
+  q5_0,
+  q5_1,
+  q2_k,
+  q3_k,
+  iq4_nl,
+  iq4_xs,
 };
 
-inline constexpr int kDTypeCount = 12;
+inline constexpr int kDTypeCount = 18;
 
 struct DTypeInfo {
   std::string_view name;

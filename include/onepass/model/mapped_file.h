@@ -55,8 +55,12 @@ struct TensorInfo {
   DType dtype = DType::f32;
   Shape shape;          // outermost dimension first, innermost (contiguous) last
   uint64_t offset = 0;  // absolute byte offset of the data in the file
-  uint64_t bytes = 0;   // bytes of data
+  uint64_t bytes = 0;   // bytes of data (0 when `unsupported_type` has no known block size)
   const void* data = nullptr;
+  /// Empty when `dtype` is the tensor's type. Otherwise the file's name for a type onepass
+  /// cannot compute with ("iq2_xxs", or "type 99" for an id it does not know) and `dtype`
+  /// is u8: the tensor can be listed, not loaded.
+  std::string unsupported_type;
 };
 
 }  // namespace onepass

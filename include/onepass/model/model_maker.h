@@ -53,16 +53,19 @@ const std::vector<ModelShape>& model_shapes();
 std::optional<ModelShape> find_model_shape(std::string_view name);
 
 /// llama.cpp's general.file_type for a file whose matrices are `type`: F32=0, F16=1,
-/// Q4_0=2, Q4_1=3, Q8_0=7, Q4_K_M=15, Q5_K_M=17, Q6_K=18, BF16=32. Throws for other types.
+/// Q4_0=2, Q4_1=3, Q8_0=7, Q5_0=8, Q5_1=9, Q2_K=10, Q3_K_S=11, Q4_K_M=15, Q5_K_M=17,
+/// Q6_K=18, IQ4_NL=25, IQ4_XS=30, BF16=32. Throws for other types.
 uint32_t llama_file_type(DType type);
-/// File types make-model writes: f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k.
+/// File types make-model writes: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k,
+/// q4_k, q5_k, q6_k, iq4_nl, iq4_xs.
 std::vector<DType> model_file_types();
 
 /// The type llama.cpp gives a weight matrix with `cols` values per row in a file of
 /// `file_type`: the file type, except that the output matrix (output.weight, or
-/// token_embd.weight when tied) of a 4/5/6-bit file is q6_k; a k-quant whose row is not a
-/// multiple of 256 falls back (q6_k, q5_k -> q8_0; q4_k -> q4_1, the onepass type nearest
-/// in size to llama.cpp's q5_0), and a row that is not a whole number of blocks -> f16.
+/// token_embd.weight when tied) of a file of fewer than 8 bits is q6_k; a 256-value type
+/// whose row is not a multiple of 256 falls back as llama.cpp's (q4_k -> q5_0, q5_k ->
+/// q5_1, q6_k -> q8_0; q2_k, q3_k, iq4_xs -> iq4_nl), and a row that is not a whole number
+/// of blocks -> f16.
 DType llama_tensor_type(DType file_type, bool is_output, int64_t cols);
 
 /// One tensor of a planned file.

@@ -24,6 +24,25 @@
 //     value e = 128 h + 32 s + l (h = 0..1, s = 0..3, l = 0..31) has its low 4 bits in
 //     ql[64 h + l + 32 (s & 1)] (low nibble for s < 2, high nibble for s >= 2) and its
 //     high 2 bits in bits 2s..2s+1 of qh[32 h + l].
+//   q5_0 (32 values, 22 bytes)   x[j] = d * (q[j] - 16), q in [0, 31]: the low 4 bits
+//     as q4_0, the fifth bit of value j is bit j of the little-endian word qh.
+//   q5_1 (32 values, 24 bytes)   x[j] = d * q[j] + m, q in [0, 31]; bits as q5_0.
+//   iq4_nl (32 values, 18 bytes) x[j] = d * kIq4Values[q[j]], q in [0, 15]; nibbles as q4_0.
+//   q2_k (256 values, 84 bytes) 16 sub-blocks of 16 values; byte i of scales holds the
+//     sub-block's 4-bit scale (low nibble) and 4-bit min (high nibble):
+//       x[16 i + r] = (d * sc[i]) * q - (dmin * mn[i]), q in [0, 3]
+//     value e = 128 g + 32 s + l (g = 0..1, s = 0..3, l = 0..31) has q = bits 2s..2s+1
+//     of qs[32 g + l].
+//   q3_k (256 values, 110 bytes) 16 sub-blocks of 16 values with 6-bit scales:
+//       x[16 i + r] = (d * (sc[i] - 32)) * q, q in [-4, 3]
+//     value e = 128 g + 32 s + l has its low 2 bits at bits 2s..2s+1 of qs[32 g + l], and
+//     q = low - 4 when bit (e / 32) of hmask[l] is clear, q = low when it is set. The low
+//     4 bits of sc[i] are the low (i < 8) or high (i >= 8) nibble of scales[i % 8], its
+//     top 2 bits are bits 2 (i / 4)..+1 of scales[8 + i % 4] (see q3k_scale).
+//   iq4_xs (256 values, 136 bytes) 8 sub-blocks of 32 values with 6-bit scales:
+//       x[32 i + l] = (d * (sc[i] - 32)) * kIq4Values[q], q in [0, 15]
+//     sc[i] = nibble (i % 2) of scales_l[i / 2] | bits 2i..2i+1 of scales_h << 4; q is the
+//     low (l < 16) or high (l >= 16) nibble of qs[16 i + l % 16].
 //
 // The products are evaluated in f32 in exactly the order written (d * sc first, then
 // times q, then minus dmin * mn), which is what ggml and gguf-py do.
@@ -37,15 +56,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "onepass/core/dtype.h"
 #include "onepass/core/half.h"
 
 namespace onepass {
 
-/// Values per block of the 32-value formats (q4_0, q4_1, q8_0).
+/// Values per block of the 32-value formats (q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl).
 inline constexpr int kQuantBlock32 = 32;
-/// Values per super-block of the k-quant formats (q4_k, q5_k, q6_k).
+/// Values per super-block of the k-quant formats (q2_k ... q6_k, iq4_xs).
 inline constexpr int kQuantBlockK = 256;
 
 struct BlockQ4_0 {
@@ -80,6 +100,39 @@ struct BlockQ6_K {
   int8_t scales[16];
   f16_bits d;
 };
+struct BlockQ5_0 {
+  f16_bits d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  f16_bits d;
+  f16_bits m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockIQ4_NL {
+  f16_bits d;
+  uint8_t qs[16];
+};
+struct BlockQ2_K {
+  uint8_t scales[16];  // low nibble: scale, high nibble: min
+  uint8_t qs[64];
+  f16_bits d;
+  f16_bits dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];  // 16 x 6-bit scales, packed as q3k_scale reads
+  f16_bits d;
+};
+struct BlockIQ4_XS {
+  f16_bits d;
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
 
 static_assert(sizeof(BlockQ4_0) == 18, "q4_0 block must match GGUF");
 static_assert(sizeof(BlockQ4_1) == 20, "q4_1 block must match GGUF");
@@ -87,6 +140,30 @@ static_assert(sizeof(BlockQ8_0) == 34, "q8_0 block must match GGUF");
 static_assert(sizeof(BlockQ4_K) == 144, "q4_k block must match GGUF");
 static_assert(sizeof(BlockQ5_K) == 176, "q5_k block must match GGUF");
 static_assert(sizeof(BlockQ6_K) == 210, "q6_k block must match GGUF");
+static_assert(sizeof(BlockQ5_0) == 22, "q5_0 block must match GGUF");
+static_assert(sizeof(BlockQ5_1) == 24, "q5_1 block must match GGUF");
+static_assert(sizeof(BlockIQ4_NL) == 18, "iq4_nl block must match GGUF");
+static_assert(sizeof(BlockQ2_K) == 84, "q2_k block must match GGUF");
+static_assert(sizeof(BlockQ3_K) == 110, "q3_k block must match GGUF");
+static_assert(sizeof(BlockIQ4_XS) == 136, "iq4_xs block must match GGUF");
+
+/// The 16 values iq4_nl and iq4_xs indices select (a non-uniform 4-bit grid).
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
+/// The 6-bit scale field sc (0..63, used as sc - 32) of q3_k sub-block i (0..15).
+inline int q3k_scale(const uint8_t* scales, int i) {
+  const int low = i < 8 ? (scales[i] & 0xF) : (scales[i - 8] >> 4);
+  const int high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return low | (high << 4);
+}
+
+/// The 6-bit scale field sc (0..63, used as sc - 32) of iq4_xs sub-block i (0..7).
+inline int iq4xs_scale(const BlockIQ4_XS& b, int i) {
+  const int low = (b.scales_l[i / 2] >> (4 * (i % 2))) & 0xF;
+  const int high = (b.scales_h >> (2 * i)) & 3;
+  return low | (high << 4);
+}
 
 /// Scale and min of sub-block j (0..7) of a q4_k/q5_k block. The 12 bytes hold, for
 /// j < 4, sc in the low 6 bits of bytes j and mn in the low 6 bits of bytes j + 4; for
@@ -191,6 +268,81 @@ inline void dequantize_block(const BlockQ6_K& b, float* out) {
   }
 }
 
+inline void dequantize_block(const BlockQ5_0& b, float* out) {
+  const float d = f16_to_f32(b.d);
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (b.qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+    const int hi = (b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    out[j] = d * static_cast<float>(lo - 16);
+    out[j + 16] = d * static_cast<float>(hi - 16);
+  }
+}
+
+inline void dequantize_block(const BlockQ5_1& b, float* out) {
+  const float d = f16_to_f32(b.d);
+  const float m = f16_to_f32(b.m);
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (b.qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+    const int hi = (b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    out[j] = d * static_cast<float>(lo) + m;
+    out[j + 16] = d * static_cast<float>(hi) + m;
+  }
+}
+
+inline void dequantize_block(const BlockIQ4_NL& b, float* out) {
+  const float d = f16_to_f32(b.d);
+  for (int j = 0; j < 16; ++j) {
+    out[j] = d * static_cast<float>(kIq4Values[b.qs[j] & 0xF]);
+    out[j + 16] = d * static_cast<float>(kIq4Values[b.qs[j] >> 4]);
+  }
+}
+
+inline void dequantize_block(const BlockQ2_K& b, float* out) {
+  const float d = f16_to_f32(b.d);
+  const float dmin = f16_to_f32(b.dmin);
+  for (int g = 0; g < 2; ++g) {
+    for (int s = 0; s < 4; ++s) {
+      for (int l = 0; l < 32; ++l) {
+        const int e = 128 * g + 32 * s + l;
+        const uint8_t sc = b.scales[e / 16];
+        const float scale = d * static_cast<float>(sc & 0xF);
+        const float offset = dmin * static_cast<float>(sc >> 4);
+        out[e] = scale * static_cast<float>((b.qs[32 * g + l] >> (2 * s)) & 3) - offset;
+      }
+    }
+  }
+}
+
+inline void dequantize_block(const BlockQ3_K& b, float* out) {
+  const float d = f16_to_f32(b.d);
+  for (int g = 0; g < 2; ++g) {
+    for (int s = 0; s < 4; ++s) {
+      for (int l = 0; l < 32; ++l) {
+        const int e = 128 * g + 32 * s + l;
+        const float scale = d * static_cast<float>(q3k_scale(b.scales, e / 16) - 32);
+        const int low = (b.qs[32 * g + l] >> (2 * s)) & 3;
+        const int q = low - (((b.hmask[l] >> (e / 32)) & 1) ? 0 : 4);
+        out[e] = scale * static_cast<float>(q);
+      }
+    }
+  }
+}
+
+inline void dequantize_block(const BlockIQ4_XS& b, float* out) {
+  const float d = f16_to_f32(b.d);
+  for (int i = 0; i < 8; ++i) {
+    const float scale = d * static_cast<float>(iq4xs_scale(b, i) - 32);
+    for (int l = 0; l < 16; ++l) {
+      out[32 * i + l] = scale * static_cast<float>(kIq4Values[b.qs[16 * i + l] & 0xF]);
+      out[32 * i + l + 16] = scale * static_cast<float>(kIq4Values[b.qs[16 * i + l] >> 4]);
+    }
+  }
+}
+
 // --- whole arrays -----------------------------------------------------------------------
 
 /// Quantizes n values into `type` (any of f32, f16, bf16 and the GGML block formats):
@@ -201,6 +353,8 @@ void quantize(DType type, const float* src, int64_t n, void* dst);
 void dequantize(DType type, const void* src, int64_t n, float* dst);
 /// Whether `type` can hold matmul / embedding weights (f32, f16, bf16, the block formats).
 bool is_weight_type(DType type);
+/// The weight types by name, comma-separated ("f32, f16, ..."), for error messages.
+const std::string& weight_type_names();
 
 /// 32-bit words per packed row of `cols` values.
 int64_t affine_words_per_row(const AffineFormat& format, int64_t cols);

@@ -129,6 +129,12 @@ void register_matmul_id_kernels(KernelRegistry& registry) {
   add.template operator()<DType::q4_k>();
   add.template operator()<DType::q5_k>();
   add.template operator()<DType::q6_k>();
+  add.template operator()<DType::q5_0>();
+  add.template operator()<DType::q5_1>();
+  add.template operator()<DType::q2_k>();
+  add.template operator()<DType::q3_k>();
+  add.template operator()<DType::iq4_nl>();
+  add.template operator()<DType::iq4_xs>();
 }
 
 }  // namespace onepass::cpu

@@ -41,8 +41,7 @@ struct RowKernels {
   DecodeRowFn decode = nullptr;
 };
 
-/// Row kernels for a matmul weight type (f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k,
-/// q6_k); throws for other types.
+/// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.
 const RowKernels& row_kernels(DType weight_type, Isa isa);
 
 /// out_rows[i][j] = Σ_k x_rows[i][k] · w[j * w_stride + k] for i < m, j < n. The value of
@@ -62,6 +61,8 @@ float* thread_scratch(int64_t count);
 /// The weight types of matmul, matmul_id and embedding, in registration order.
 inline constexpr DType kMatmulWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16,
                                                DType::q4_0, DType::q4_1, DType::q8_0,
-                                               DType::q4_k, DType::q5_k, DType::q6_k};
+                                               DType::q4_k, DType::q5_k, DType::q6_k,
+                                               DType::q5_0, DType::q5_1, DType::q2_k,
+                                               DType::q3_k, DType::iq4_nl, DType::iq4_xs};
 
 }  // namespace onepass::cpu

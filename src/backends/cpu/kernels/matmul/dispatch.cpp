@@ -74,7 +74,8 @@ KernelTable make_table(Isa isa) {
     RowKernels kernels = portable_row_kernels(w);
 #if ONEPASS_CPU_X86
     if (isa != Isa::portable) {
-      for (auto family : {dense_row_kernels, block32_row_kernels, kquant_row_kernels}) {
+      for (auto family : {dense_row_kernels, block32_row_kernels, kquant_row_kernels, q5_blocks_row_kernels,
+                          iq4_row_kernels, kquant_low_row_kernels}) {
         const RowKernels simd = family(w, isa);
         if (simd.dot != nullptr) kernels = simd;
       }

@@ -30,6 +30,9 @@ RowKernels portable_row_kernels(DType w);
 RowKernels dense_row_kernels(DType w, Isa isa);    // f32, f16, bf16 (dense.cpp)
 RowKernels block32_row_kernels(DType w, Isa isa);  // q4_0, q4_1, q8_0 (block32.cpp)
 RowKernels kquant_row_kernels(DType w, Isa isa);   // q4_k, q5_k, q6_k (kquant.cpp)
+RowKernels q5_blocks_row_kernels(DType w, Isa isa);  // q5_0, q5_1 (q5_blocks.cpp)
+RowKernels iq4_row_kernels(DType w, Isa isa);        // iq4_nl, iq4_xs (iq4.cpp)
+RowKernels kquant_low_row_kernels(DType w, Isa isa); // q2_k, q3_k (kquant_low.cpp)
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
 /// (mv_fused.cpp).
