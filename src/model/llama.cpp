@@ -442,6 +442,9 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
   for (const LayerWeights& w : layers_) {
     const bool local = c.layer_is_local(li);
     rope.theta = c.layer_rope_theta(li);
+    // Linear RoPE scaling stretches the global layers only where local layers have their own
+    // base (Gemma 3: factor 8 on the global layers of the 4B and larger models).
+    rope.freq_scale = local && c.rope_theta_local > 0 ? 1.0f : c.rope_freq_scale;
     attention.window = local ? static_cast<int32_t>(std::min<int64_t>(c.sliding_window, INT32_MAX)) : 0;
     ops::rms_norm(s, x, w.attn_norm, xn, c.norm_eps);
     TensorView q, k, v;

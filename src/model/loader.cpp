@@ -359,6 +359,11 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   if (auto cap = f.find_f32(f.arch_key("attn_logit_softcapping"))) c.attn_softcap = *cap;
   if (auto cap = f.find_f32(f.arch_key("final_logit_softcapping"))) c.final_softcap = *cap;
   if (auto base = f.find_f32(f.arch_key("rope.local.freq_base"))) c.rope_theta_local = *base;
+  // Gemma 2 and 3 scale q·k by 1/sqrt(query_pre_attn_scalar), which GGUF does not store: it
+  // is key_length except in the 27B models (46 and 62 layers), where it is hidden / heads.
+  if ((arch == "gemma2" && c.layers == 46) || (arch == "gemma3" && c.layers == 62)) {
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.hidden / std::max<int64_t>(c.heads, 1)));
+  }
   if (const auto type = f.find_string(f.arch_key("rope.scaling.type")); type && *type != "none") {
     check(*type == "linear", "gguf", f.source(), ": rope scaling '", *type, "' is not supported (linear)");
     const float factor = f.find_f32(f.arch_key("rope.scaling.factor")).value_or(1.0f);

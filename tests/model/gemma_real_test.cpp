@@ -39,8 +39,11 @@ const char* kText =
     "to the harbor. Visitors come from all over the region to watch, and the cafes along the water "
     "stay open late into the night.";
 
+// Next to this source (when __FILE__ is absolute or the test runs from the build folder),
+// else from the repository root, where ctest runs the model tests.
 std::filesystem::path tool_path() {
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "gemma3_reference.py";
+  const auto beside = std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "gemma3_reference.py";
+  return std::filesystem::exists(beside) ? beside : std::filesystem::path("tests/tools/gemma3_reference.py");
 }
 
 int run_command(const std::string& command, std::string* output = nullptr) {

@@ -28,6 +28,7 @@ Command add_inspect_command(CLI::App& parent);
 Command add_make_model_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_profile_command(CLI::App& parent);
+Command add_perplexity_command(CLI::App& parent);
 
 /// Adds to every integer option of `app` and its subcommands a check of the text before
 /// CLI11 converts it (CLI11 saturates out-of-range 64-bit values silently and reads "0x"
