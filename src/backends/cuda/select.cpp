@@ -116,9 +116,9 @@ KernelChoice argmax_feed(const Backend& b, const KernelRequest& r) { return argm
 // or 128 values, the tensor-core kernel: one block per (64 tokens, query head).
 KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::SdpaArgs>();
-  check(a.softcap == 0.0f, r.op, "attention score softcap is not supported on CUDA yet");
-  // The tensor-core kernel has no sliding window: windowed layers take the per-head kernel.
-  const bool tensor_cores = a.window == 0 && r.type == DType::f16 && (a.head_dim == 64 || a.head_dim == 128) && a.k_stride % 8 == 0 &&
+  // The tensor-core kernel has no sliding window and no softcap: such layers take the
+  // per-head kernel.
+  const bool tensor_cores = a.window == 0 && a.softcap == 0.0f && r.type == DType::f16 && (a.head_dim == 64 || a.head_dim == 128) && a.k_stride % 8 == 0 &&
                             a.v_stride % 8 == 0 && reinterpret_cast<uint64_t>(a.k) % 16 == 0 &&
                             reinterpret_cast<uint64_t>(a.v) % 16 == 0;
   LaunchDims dims;
@@ -141,7 +141,6 @@ KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
 // with CacheWrites::token_row_only so is the cache below the token's row.
 KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
   auto& a = r.args_as<ops::FlashDecodeArgs>();
-  check(a.softcap == 0.0f, r.op, "attention score softcap is not supported on CUDA yet");
   a.chunks = cuda_flash_decode_chunks(a.n_head, a.ctx);
   a.chunk_keys = kCudaFlashDecodeChunkKeys;
   LaunchDims dims;
