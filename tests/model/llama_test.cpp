@@ -632,5 +632,33 @@ TEST(Llama, GpuLogitsMatchCpuLogits) {
   }
 }
 
+// Every family's features on the GPU (QK norm, post-norms, GELU, sliding windows with their
+// own RoPE base, softcaps, fused tensors) against the CPU, which the float64 reference
+// checks: dense f16 weights, prefill past the window and decode steps after it.
+TEST(Llama, GpuFamiliesMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  for (const char* name : {"qwen3", "gemma3", "gemma2", "phi3"}) {
+    SCOPED_TRACE(name);
+    LlamaConfig c = family(name);
+    c.hidden = 256;
+    c.ffn = 512;
+    c.head_dim = 64;
+    c.rope_dims = 64;
+    auto src = make_random_source(c, DType::f16, seed);
+    LlamaModel a(testing::cpu_backend(), *src, LoadOptions{.context = 64});
+    LlamaModel b(make_cuda_backend(0, testing::test_options()), *src, LoadOptions{.context = 64});
+    const auto tokens = some_tokens(12, seed, 97);
+    const auto pa = a.prefill(tokens);
+    const std::vector<double> want(pa.begin(), pa.end());
+    expect_logits_near(b.prefill(tokens), want, 1e-3, "prefill");
+    for (int i = 0; i < 5; ++i) {
+      const auto la = a.decode(tokens[static_cast<size_t>(i)]);
+      const std::vector<double> step(la.begin(), la.end());
+      expect_logits_near(b.decode(tokens[static_cast<size_t>(i)]), step, 1e-3, cat("decode ", i));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace onepass::model
