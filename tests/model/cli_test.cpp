@@ -334,7 +334,7 @@ TEST_F(CliTest, BadInputIsOneErrorLine) {
   expect_one_error_line(run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "1",
                              "--heads", "3", "--vocab", "1024", "-o", (dir_ / "y.gguf").string()}),
                         "heads do not divide hidden");
-  expect_one_error_line(run({"make-model", "llama-1b", "--type", "q3_k", "--dry-run"}),
+  expect_one_error_line(run({"make-model", "llama-1b", "--type", "q9_k", "--dry-run"}),
                         "unknown type");
   expect_one_error_line(run({"generate", "-m", tiny.string(), "--top-p", "1.5"}), "bad top-p");
   expect_one_error_line(run({"generate", "-m", tiny.string(), "--batch", "0"}), "generate --batch 0");
@@ -357,7 +357,7 @@ TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
   usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, bench, ");
   usage_error({"generat", "-p", "x"}, "[onepass] unknown command 'generat'; did you mean 'generate'?");
   usage_error({"inspcet"}, "did you mean 'inspect'?");
-  usage_error({}, "[onepass] a command is required (generate, bench, profile, inspect, make-model)");
+  usage_error({}, "[onepass] a command is required (generate, bench, profile, inspect, make-model, perplexity)");
   usage_error({"generate", "--frobnicate"}, "[generate] ");
   usage_error({"generate", "-n"}, "[generate] ");
   usage_error({"generate", "--top-k", "many"}, "[generate] ");
