@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view kGemmaTemplate =
     "{{ bos_token }}"
     "{% if messages[0]['role'] == 'system' %}"
-    "{% set system = messages[0]['content'] | trim + '\\n\\n' %}{% set turns = messages[1:] %}"
+    "{% set system = messages[0]['content'] + '\\n\\n' %}{% set turns = messages[1:] %}"
     "{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
     "{% for message in turns %}"
     "{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
