@@ -535,8 +535,7 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
         ops::silu_mul(s, gate, up, act);
         break;
       case FfnActivation::gelu_tanh:
-        ops::gelu(s, gate, gate);
-        ops::mul(s, gate, up, act);
+        ops::gelu_mul(s, gate, up, act);
         break;
     }
     run_linear(s, act, w.down, proj);

@@ -156,7 +156,7 @@ KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
 }  // namespace
 
 void register_cuda_selectors(KernelSelectors& s) {
-  for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul"}) s.add(op, elementwise);
+  for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul", "gelu_mul"}) s.add(op, elementwise);
   for (std::string_view op : {"rms_norm", "rms_norm_mul", "add_rms_norm", "softmax", "rope", "rope_neox"}) {
     s.add(op, per_row);
   }
