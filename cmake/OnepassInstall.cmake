@@ -1,12 +1,16 @@
-# cmake --install: the static library, the public headers (with the generated version.h),
-# the CMake package (find_package(onepass) -> onepass::onepass) and lib/pkgconfig/onepass.pc.
+# cmake --install: the static library, the C API's shared library (onepass::onepass_c,
+# include/onepass.h), the public headers (with the generated version.h),
+# the CMake package (find_package(onepass) -> onepass::onepass) and lib/pkgconfig/onepass.pc
+# (onepass_c.pc for the C API).
 include(CMakePackageConfigHelpers)
 
 set(ONEPASS_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/onepass CACHE STRING
     "Where the CMake package files are installed (relative to the prefix)")
 
-install(TARGETS onepass EXPORT onepassTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS onepass onepass_c EXPORT onepassTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/onepass.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/onepass ${PROJECT_BINARY_DIR}/include/onepass
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
@@ -40,4 +44,6 @@ if(ONEPASS_CUDA)
   endforeach()
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/onepass.pc.in ${PROJECT_BINARY_DIR}/onepass.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/onepass.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/onepass_c.pc.in ${PROJECT_BINARY_DIR}/onepass_c.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/onepass.pc ${PROJECT_BINARY_DIR}/onepass_c.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -6,11 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -62,13 +66,26 @@ class CliTest : public ::testing::Test {
   }
 
   // Runs the tool with `args`, capturing stdout and stderr separately; killed after
-  // `timeout_s` seconds (exit status 124) when given.
+  // `timeout_s` seconds (exit status 124) when given. Standard input is empty.
   ToolRun run(const std::vector<std::string>& args, int timeout_s = 0) const {
+    return run_with_input(args, "", timeout_s);
+  }
+  // The same with `input` on standard input (a file, not a terminal).
+  ToolRun run_with_input(const std::vector<std::string>& args, const std::string& input,
+                         int timeout_s = 0) const {
     const fs::path err_file = dir_ / "stderr.txt";
+    const fs::path in_file = dir_ / "stdin.txt";
+    std::ofstream(in_file, std::ios::binary) << input;
     std::string command = quote(tool_.string());
     if (timeout_s > 0) command = cat("timeout -s KILL ", timeout_s, " ", command);
-    for (const std::string& a : args) command += " " + quote(a);
-    command += " 2>" + quote(err_file.string());
+    for (const std::string& a : args) {
+      command += ' ';
+      command += quote(a);
+    }
+    command += " <";
+    command += quote(in_file.string());
+    command += " 2>";
+    command += quote(err_file.string());
     ToolRun r;
     FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr) return r;
@@ -83,11 +100,13 @@ class CliTest : public ::testing::Test {
   }
 
   // A tiny random model made by the tool itself.
-  fs::path make_tiny(const std::string& type = "q8_0") const {
-    const fs::path file = dir_ / cat("tiny_", type, ".gguf");
-    const ToolRun r = run({"make-model", "--hidden", "64", "--ffn", "128", "--layers", "2",
-                           "--heads", "4", "--kv-heads", "2", "--vocab", "1024", "--type", type,
-                           "--seed", "3", "-o", file.string()});
+  fs::path make_tiny(const std::string& type = "q8_0", const std::vector<std::string>& extra = {}) const {
+    const fs::path file = dir_ / cat("tiny_", type, extra.size(), ".gguf");
+    std::vector<std::string> args = {"make-model", "--hidden", "64", "--ffn", "128", "--layers", "2",
+                                     "--heads", "4", "--kv-heads", "2", "--vocab", "1024", "--type", type,
+                                     "--seed", "3", "-o", file.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ToolRun r = run(args);
     EXPECT_EQ(r.status, 0) << r.err;
     return file;
   }
@@ -110,6 +129,8 @@ TEST_F(CliTest, HelpOfEveryCommand) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--help"},
                                              {"generate", "--help"},
+                                             {"chat", "--help"},
+                                             {"profile", "--help"},
                                              {"bench", "--help"},
                                              {"inspect", "--help"},
                                              {"make-model", "--help"},
@@ -354,10 +375,11 @@ TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
     expect_one_error_line(r, part);
     EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
   };
-  usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, bench, ");
+  usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, chat, bench, ");
   usage_error({"generat", "-p", "x"}, "[onepass] unknown command 'generat'; did you mean 'generate'?");
   usage_error({"inspcet"}, "did you mean 'inspect'?");
-  usage_error({}, "[onepass] a command is required (generate, bench, profile, inspect, make-model, perplexity)");
+  usage_error({}, "[onepass] a command is required (generate, chat, bench, profile, inspect, make-model, serve, perplexity)");
+  usage_error({"chta"}, "did you mean 'chat'?");
   usage_error({"generate", "--frobnicate"}, "[generate] ");
   usage_error({"generate", "-n"}, "[generate] ");
   usage_error({"generate", "--top-k", "many"}, "[generate] ");
@@ -507,6 +529,307 @@ TEST_F(CliTest, InspectEscapesControlCharacters) {
   EXPECT_NE(r.out.find("evil\\x1b]0;owned\\x07.key"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tensor\\x1b[2J\\x0d"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\\xc2\\x9b31m caf\xc3\xa9"), std::string::npos) << r.out;  // é is kept
+}
+
+// llama-cli's prompt sources: -p TEXT, -p - (standard input), -f FILE and -f - give the model
+// the same prompt (one trailing newline of a file or a pipe is no part of it).
+TEST_F(CliTest, PromptFromStandardInputAndFiles) {
+  const fs::path tiny = make_tiny();
+  const std::vector<std::string> common = {"generate", "-m", tiny.string(), "-n", "8", "--backend", "cpu"};
+  auto generate = [&](std::vector<std::string> extra, const std::string& input = "") {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ToolRun r = run_with_input(args, input);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.out;
+  };
+  const std::string direct = generate({"-p", "hello world"});
+  ASSERT_FALSE(direct.empty());
+  EXPECT_NE(generate({"-p", "-"}), direct);  // the literal prompt "-" differs
+  EXPECT_EQ(generate({"-p", "-"}, "hello world\n"), direct);
+  const fs::path file = dir_ / "prompt.txt";
+  std::ofstream(file) << "hello world\n";
+  EXPECT_EQ(generate({"-f", file.string()}), direct);
+  EXPECT_EQ(generate({"-f", "-"}, "hello world"), direct);
+  // -p and -f together, and a missing file, are usage errors.
+  ToolRun both = run({"generate", "-m", tiny.string(), "-p", "x", "-f", file.string()});
+  EXPECT_EQ(both.status, 1);
+  expect_one_error_line(both, "-p with -f");
+  ToolRun missing = run({"generate", "-m", tiny.string(), "-f", (dir_ / "none.txt").string()});
+  EXPECT_EQ(missing.status, 1);
+  expect_one_error_line(missing, "missing prompt file");
+  EXPECT_NE(missing.err.find("-f/--file: cannot read"), std::string::npos) << missing.err;
+}
+
+// -c, -t, -s and --n-predict are the long options' short forms: the same run either way.
+TEST_F(CliTest, ShortOptionsOfLlamaCli) {
+  const fs::path tiny = make_tiny();
+  const ToolRun a = run({"generate", "-m", tiny.string(), "-p", "hello", "-n", "6", "-c", "32", "-t", "1",
+                         "-s", "7", "--temp", "0.8", "--backend", "cpu", "-v"});
+  ASSERT_EQ(a.status, 0) << a.err;
+  const ToolRun b = run({"generate", "-m", tiny.string(), "-p", "hello", "--n-predict", "6", "--ctx", "32",
+                         "--threads", "1", "--seed", "7", "--temp", "0.8", "--backend", "cpu", "-v"});
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.err.find("context 32 tokens"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("(1 threads)"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("seed 7"), std::string::npos) << a.err;
+}
+
+// Every command that runs a model takes -t/--threads and checks it.
+TEST_F(CliTest, ThreadsOnEveryModelCommand) {
+  const fs::path tiny = make_tiny();
+  for (const std::string command : {"generate", "chat", "bench", "profile"}) {
+    SCOPED_TRACE(command);
+    const ToolRun r = run({command, "-m", tiny.string(), "--backend", "cpu", "-t", "2000"});
+    EXPECT_EQ(r.status, 1);
+    expect_one_error_line(r, command);
+    EXPECT_NE(r.err.find("-t/--threads: expected"), std::string::npos) << r.err;
+  }
+  const ToolRun bench = run({"bench", "-m", tiny.string(), "--backend", "cpu", "-p", "4", "-n", "2", "-r", "1",
+                             "-t", "1", "--json"});
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["threads"], 1);
+  const ToolRun profile = run({"profile", "-m", tiny.string(), "--backend", "cpu", "--prompt", "4", "--decode",
+                               "1", "-t", "1"});
+  ASSERT_EQ(profile.status, 0) << profile.err;
+  EXPECT_NE(profile.out.find("cpu (1 threads)"), std::string::npos) << profile.out;
+}
+
+// Values out of range are refused with the option's name and exit status 1, before any
+// model is loaded.
+TEST_F(CliTest, InvalidSamplingValuesAreRefused) {
+  const fs::path tiny = make_tiny();
+  auto refused = [&](std::vector<std::string> args, const std::string& part) {
+    const ToolRun r = run(args);
+    SCOPED_TRACE(part);
+    EXPECT_EQ(r.status, 1) << r.err;
+    expect_one_error_line(r, part);
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  const std::string m = tiny.string();
+  refused({"generate", "-m", m, "--temp", "-1"}, "[generate] --temp: expected a number >= 0");
+  refused({"generate", "-m", m, "--temp", "nan"}, "[generate] --temp: expected a number >= 0");
+  refused({"generate", "-m", m, "--top-p", "2"}, "[generate] --top-p: expected a number in (0, 1], got 2");
+  refused({"generate", "-m", m, "--top-k", "-3"}, "[generate] --top-k: expected");
+  refused({"generate", "-m", m, "--min-p", "1.5"}, "[generate] --min-p: expected a number in [0, 1]");
+  refused({"generate", "-m", m, "--repeat-penalty", "0"}, "[generate] --repeat-penalty: expected a number above 0");
+  refused({"generate", "-m", m, "--repeat-last-n", "-1"}, "[generate] --repeat-last-n: expected");
+  refused({"generate", "-m", m, "--stop", ""}, "[generate] --stop: the stop string is empty");
+  refused({"chat", "-m", m, "--top-p", "0"}, "[chat] --top-p: expected");
+  refused({"bench", "-m", m, "-p", "0"}, "[bench] -p/--prefill: expected a comma-separated list");
+  refused({"bench", "-m", m, "-n", "8,x"}, "[bench] -n/--decode: expected a comma-separated list");
+  refused({"bench", "-m", m, "-t", "1,,2"}, "[bench] -t/--threads: expected a comma-separated list");
+  refused({"bench", "-m", m, "-o", "html"}, "[bench] -o/--output: expected text, md or json");
+}
+
+// Generation ends before a stop string is printed, also when the string ends inside a
+// token or begins in one token and ends in another; any of several strings stops it.
+TEST_F(CliTest, StopStrings) {
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " not installed (scripts/setup)";
+  const std::vector<std::string> base = {"generate", "-p", "The capital of France is", "-n", "12", "--backend", "cpu"};
+  auto generate = [&](std::vector<std::string> stops) {
+    std::vector<std::string> args = base;
+    for (const std::string& s : stops) {
+      args.push_back("--stop");
+      args.push_back(s);
+    }
+    const ToolRun r = run(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.out;
+  };
+  const std::string full = generate({});
+  ASSERT_EQ(full.rfind(" Paris.", 0), 0u) << full;  // the continuation the stops cut
+  EXPECT_EQ(generate({"."}), " Paris\n");
+  EXPECT_EQ(generate({"aris"}), " P\n");        // inside a token
+  EXPECT_EQ(generate({"s.\n"}), " Pari\n");     // across tokens
+  EXPECT_EQ(generate({"never", "."}), " Paris\n");
+  EXPECT_EQ(generate({"never printed"}), full);  // held-back text is printed at the end
+}
+
+// Greedy decoding of the default model loops on this prompt; a repetition penalty breaks
+// the loop (decoded on the host, since the penalty depends on the tokens seen).
+TEST_F(CliTest, RepeatPenaltyBreaksAGreedyLoop) {
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " not installed (scripts/setup)";
+  const std::vector<std::string> args = {"generate", "-p", "I like cats.", "-n", "48", "--backend", "cpu"};
+  const ToolRun plain = run(args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  auto count = [](const std::string& text, const std::string& part) {
+    size_t n = 0;
+    for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+    return n;
+  };
+  ASSERT_GE(count(plain.out, "I'm a cat."), 5u) << plain.out;
+  std::vector<std::string> penalised = args;
+  penalised.insert(penalised.end(), {"--repeat-penalty", "1.3"});
+  const ToolRun r = run(penalised);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out, plain.out);
+  EXPECT_LE(count(r.out, "I'm a cat."), 1u) << r.out;
+}
+
+// A prompt and -n past the model's training context: a warning on stderr, and the run
+// goes on.
+TEST_F(CliTest, WarnsPastTheTrainingContext) {
+  const fs::path tiny = make_tiny("q8_0", {"--context", "16"});
+  const ToolRun past = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "20", "--backend", "cpu"});
+  ASSERT_EQ(past.status, 0) << past.err;
+  EXPECT_NE(past.err.find("[generate] warning: the prompt ("), std::string::npos) << past.err;
+  EXPECT_NE(past.err.find("past the model's training context of 16"), std::string::npos) << past.err;
+  const ToolRun chat = run_with_input({"chat", "-m", tiny.string(), "-n", "4", "-c", "64", "--backend", "cpu"}, "hi\n");
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_NE(chat.err.find("[chat] warning: the context of 64 tokens (-c) is past the model's training context of 16"),
+            std::string::npos)
+      << chat.err;
+  const ToolRun within = run({"generate", "-m", tiny.string(), "-p", "hello world", "-n", "2", "--backend", "cpu"});
+  ASSERT_EQ(within.status, 0) << within.err;
+  EXPECT_EQ(within.err.find("warning"), std::string::npos) << within.err;
+}
+
+// onepass chat on a pipe: one message per line, each answer on stdout; the history is
+// kept (the second answer uses the first message), /reset forgets it, end of input quits
+// with status 0. The first answer is generate --chat's.
+TEST_F(CliTest, ChatKeepsHistoryUntilReset) {
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " not installed (scripts/setup)";
+  const ToolRun r = run_with_input({"chat", "-n", "40", "--backend", "cpu"},
+                                   "My name is Zorblax. Remember it.\nWhat is my name?\n/reset\nWhat is my name?\n",
+                                   600);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> answers;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) answers.push_back(line);
+  }
+  ASSERT_EQ(answers.size(), 3u) << r.out;
+  EXPECT_NE(answers[1].find("Zorblax"), std::string::npos) << r.out;
+  EXPECT_EQ(answers[2].find("Zorblax"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[chat] history cleared"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("> "), std::string::npos) << "no prompt on a pipe: " << r.err;
+
+  const ToolRun once = run({"generate", "--chat", "-p", "My name is Zorblax. Remember it.", "-n", "40",
+                            "--backend", "cpu"});
+  ASSERT_EQ(once.status, 0) << once.err;
+  std::string first = once.out;
+  while (!first.empty() && first.back() == '\n') first.pop_back();
+  EXPECT_EQ(first, answers[0]);
+
+  // End of input at once: no answer, status 0.
+  const ToolRun empty = run_with_input({"chat", "-m", make_tiny().string(), "--backend", "cpu"}, "");
+  EXPECT_EQ(empty.status, 0) << empty.err;
+  EXPECT_TRUE(empty.out.empty()) << empty.out;
+}
+
+// bench runs every combination of its comma lists, reports mean ± stddev and the median
+// of the reps, the build, the CPU and its ISA path, and the floor from the measured
+// memory read bandwidth.
+TEST_F(CliTest, BenchConfigurationsAndStatistics) {
+  const fs::path tiny = make_tiny();
+  const ToolRun r = run({"bench", "-m", tiny.string(), "--backend", "cpu", "-p", "8,16", "-n", "4", "-t", "1,2",
+                         "-r", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  EXPECT_FALSE(j["build"]["version"].get<std::string>().empty());
+  EXPECT_FALSE(j["build"]["commit"].get<std::string>().empty());
+  std::string cpu_model;
+  {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("model name", 0) == 0) {
+        cpu_model = line.substr(line.find(':') + 2);
+        break;
+      }
+    }
+  }
+  if (!cpu_model.empty()) {
+    EXPECT_EQ(j["cpu_model"], cpu_model);
+  }
+  EXPECT_FALSE(j["isa"].get<std::string>().empty());
+  ASSERT_EQ(j["results"].size(), 4u) << r.out;
+  std::set<std::pair<int, int>> combinations;
+  for (const nlohmann::json& row : j["results"]) {
+    combinations.insert({row["threads"].get<int>(), row["prefill_tokens"].get<int>()});
+    EXPECT_EQ(row["decode_tokens"], 4);
+    const std::vector<double> runs = row["decode_tok_s_runs"].get<std::vector<double>>();
+    ASSERT_EQ(runs.size(), 3u);
+    double mean = 0;
+    for (const double v : runs) mean += v / 3.0;
+    double squares = 0;
+    for (const double v : runs) squares += (v - mean) * (v - mean);
+    std::vector<double> sorted = runs;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_NEAR(row["decode_tok_s_mean"].get<double>(), mean, 1e-9 * mean);
+    EXPECT_NEAR(row["decode_tok_s_stddev"].get<double>(), std::sqrt(squares / 2.0), 1e-9 * mean);
+    EXPECT_DOUBLE_EQ(row["decode_tok_s"].get<double>(), sorted[1]);
+    EXPECT_GT(row["read_bandwidth_gb_s"].get<double>(), 0.0);
+    EXPECT_NEAR(row["read_floor_tok_s"].get<double>(),
+                row["read_bandwidth_gb_s"].get<double>() * 1e9 / row["bytes_per_token"].get<double>(),
+                1e-6 * row["read_floor_tok_s"].get<double>());
+  }
+  EXPECT_EQ(combinations, (std::set<std::pair<int, int>>{{1, 8}, {1, 16}, {2, 8}, {2, 16}}));
+  EXPECT_FALSE(j.contains("decode_tok_s")) << "several configurations: no top-level row";
+
+  // The text output names the build and the CPU; -o md is a markdown table, a row per test.
+  const ToolRun text = run({"bench", "-m", tiny.string(), "--backend", "cpu", "-p", "8", "-n", "4", "-r", "2"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("build:    onepass "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("cpu:      " + cpu_model), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("memory read "), std::string::npos) << text.out;
+  const ToolRun md = run({"bench", "-m", tiny.string(), "--backend", "cpu", "-p", "8", "-n", "4,6", "-r", "2",
+                          "-o", "md"});
+  ASSERT_EQ(md.status, 0) << md.err;
+  EXPECT_NE(md.out.find("| model | size | backend | threads | test | t/s (mean ± sd) |"), std::string::npos)
+      << md.out;
+  EXPECT_NE(md.out.find("| --- |"), std::string::npos) << md.out;
+  size_t rows = 0;
+  for (const std::string test : {"| pp8 |", "| tg4 |", "| tg6 |"}) {
+    for (size_t at = md.out.find(test); at != std::string::npos; at = md.out.find(test, at + 1)) ++rows;
+  }
+  EXPECT_EQ(rows, 4u) << md.out;  // pp8 twice (one per -n), tg4, tg6
+}
+
+// The PNG's width and height (from its IHDR chunk).
+std::pair<uint32_t, uint32_t> png_size(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  unsigned char header[24] = {};
+  in.read(reinterpret_cast<char*>(header), 24);
+  auto be32 = [&](int at) {
+    return (uint32_t{header[at]} << 24) | (uint32_t{header[at + 1]} << 16) | (uint32_t{header[at + 2]} << 8) |
+           uint32_t{header[at + 3]};
+  };
+  return {be32(16), be32(20)};
+}
+
+// profile --dot groups a decode step's dispatches into a cluster per layer (plus input and
+// output), so that it renders as a picture of rows of layers, not one long chain.
+TEST_F(CliTest, ProfileDotHasAClusterPerLayer) {
+  const fs::path tiny = make_tiny();
+  const fs::path dot = dir_ / "step.dot";
+  const ToolRun r = run({"profile", "-m", tiny.string(), "--backend", "cpu", "--prompt", "4", "--decode", "1",
+                         "--dot", dot.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(dot);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t clusters = 0;
+  for (size_t at = text.find("subgraph cluster_"); at != std::string::npos; at = text.find("subgraph cluster_", at + 1))
+    ++clusters;
+  EXPECT_EQ(clusters, 4u) << text;  // input, layer 0, layer 1, output
+  EXPECT_NE(text.find("label=\"layer 1\""), std::string::npos) << text;
+  if (std::system("command -v dot >/dev/null 2>&1") != 0) GTEST_SKIP() << "graphviz dot not installed";
+  EXPECT_EQ(std::system(cat("dot -Tsvg ", quote(dot.string()), " -o ", quote((dir_ / "step.svg").string())).c_str()), 0);
+
+  // The default model's step (30 layers, ~180 dispatches) renders at a readable size.
+  if (!fs::exists(kDefaultModel)) return;
+  const fs::path big = dir_ / "default.dot";
+  const ToolRun d = run({"profile", "--backend", "cpu", "--prompt", "4", "--decode", "1", "--dot", big.string()});
+  ASSERT_EQ(d.status, 0) << d.err;
+  const fs::path png = dir_ / "default.png";
+  ASSERT_EQ(std::system(cat("dot -Tpng ", quote(big.string()), " -o ", quote(png.string())).c_str()), 0);
+  const auto [width, height] = png_size(png);
+  std::printf("[cli] default model decode step: %u x %u PNG\n", width, height);
+  EXPECT_LT(width, 6000u);
+  EXPECT_LT(height, 6000u);
+  EXPECT_GT(width, 0u);
 }
 
 }  // namespace

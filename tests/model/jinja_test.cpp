@@ -71,6 +71,23 @@ const Case kCases[] = {
     {"{{ (1, 2) }} {{ {'a': 1}['a'] }} {% set a, b = [1, 2] %}{{ b }} {% set blk %}in {{ n }}{% endset %}{{ blk }}", "(1, 2) 1 2 in 7"},
     {"{% for x in [3,1,2] if x > 1 %}{{ x }}{{ loop.length }}{% endfor %}", "3222"},
     {"{{ 9 is divisibleby 3 }} {{ 3 is odd }} {{ 'a' is string }} {{ 1 is number }} {{ -3|abs }} {{ [1,1,2]|unique|list }}", "True True True True 3 [1, 2]"},
+    // indent, dictsort, sort; filter blocks, set blocks with filters, call blocks, raw.
+    {"{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb\\n' | indent('> ', blank=true) }}|{{ 'x\\r\\ny' | indent(1) }}",
+     "a\n    b\n\n    c|  a\n  b|a\n> \n> b\n> |x\n y"},
+    {"{{ {'b': 2, 'A': 3, 'a': 1} | dictsort }} {{ {'b': 2, 'a': 1} | dictsort(by='value', reverse=true) }} {{ {'b': 1, 'B': 0} | dictsort(true) }}",
+     "[('A', 3), ('a', 1), ('b', 2)] [('b', 2), ('a', 1)] [('B', 0), ('b', 1)]"},
+    {"{{ [3, 1, 2] | sort }} {{ ['b', 'A', 'c'] | sort }} {{ ['b', 'A', 'c'] | sort(case_sensitive=true) }} {{ [3, 1, 2] | sort(reverse=true) }} {{ messages | sort(attribute='role') | map(attribute='role') | join(',') }}",
+     "[1, 2, 3] ['A', 'b', 'c'] ['A', 'b', 'c'] [3, 2, 1] assistant,system,user"},
+    {"{% filter upper %}a{{ n }}b{% endfilter %}|{% filter trim | replace('x', 'y') %}  x{{ s }}x  {% endfilter %}|{% filter indent(2) %}\nl1\nl2{% endfilter %}",
+     "A7B|y  Hello World  y|l1\n  l2"},
+    {"{% set t | trim %}  padded {{ n }}  {% endset %}[{{ t }}]{% set u2 | upper | replace('A', '4') %}abc{% endset %}{{ u2 }}",
+     "[padded 7]4BC"},
+    {"{% macro box(title) %}<{{ title }}:{{ caller() }}>{% endmacro %}{% for m in messages %}{% call box(m.role) %}{{ m.content | trim }}{{ loop.index }}{% endcall %}{% endfor %}",
+     "<system:Sys1><user:Hi2><assistant:Yo3>"},
+    {"{% macro each(items) %}{% for i in items %}{{ caller(i, loop.last) }}{% endfor %}{% endmacro %}{% call(x, last) each([1, 2, 3]) %}{{ x * n }}{{ '' if last else ',' }}{% endcall %}",
+     "7,14,21"},
+    {"{% raw %}{{ not evaluated }} {% if %}{% endraw %}|{% raw -%}   a {{ b }}   {%- endraw %}|\n  {% raw %}\nx\n  {% endraw %}\ny",
+     "{{ not evaluated }} {% if %}|a {{ b }}|\n\nx\ny"},
 };
 
 TEST(Jinja, RendersEachConstruct) {
@@ -114,8 +131,14 @@ std::string error_of(std::string_view source, const Json& vars = variables()) {
 TEST(Jinja, ErrorsNameTheConstructAndItsPosition) {
   EXPECT_EQ(error_of("a\n\n{{ 'x' }}\n  {{ s | wordwrap }}"),
             "[chat_template] line 4, column 10: filter 'wordwrap' is not supported");
-  EXPECT_EQ(error_of("{% filter upper %}x{% endfilter %}"),
-            "[chat_template] line 1, column 4: statement 'filter' is not supported");
+  EXPECT_EQ(error_of("{% include 'header.jinja' %}"),
+            "[chat_template] line 1, column 4: statement 'include' is not supported");
+  EXPECT_EQ(error_of("{% filter wordwrap %}x{% endfilter %}"),
+            "[chat_template] line 1, column 11: filter 'wordwrap' is not supported");
+  EXPECT_EQ(error_of("{% call x %}y{% endcall %}"),
+            "[chat_template] line 1, column 9: a call block needs a macro call");
+  EXPECT_EQ(error_of("a {% raw %}x{% endra %}"),
+            "[chat_template] line 1, column 3: the raw block is not closed with '{% endraw %}'");
   EXPECT_EQ(error_of("{{ x is foo }}"), "[chat_template] line 1, column 9: test 'foo' is not supported");
   EXPECT_EQ(error_of("{% if true %}x"),
             "[chat_template] line 1, column 15: the template ended inside a block; expected "

@@ -1,9 +1,14 @@
-// onepass bench: prefill and decode speed of a model, against the memory-bandwidth floor.
+// onepass bench: prefill and decode speed of a model over several configurations (comma
+// lists of prompt lengths, decode lengths and thread counts), with mean ± stddev over
+// repetitions and the per-token floor from the measured memory bandwidth.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +21,7 @@
 #include "onepass/model/llama.h"
 #include "onepass/model/loader.h"
 #include "onepass/model/sampler.h"
+#include "onepass/version.h"
 
 namespace onepass::cli {
 namespace {
@@ -23,153 +29,437 @@ namespace {
 struct BenchArgs {
   std::string model;
   std::string backend = "auto";
-  int64_t prefill = 512;
-  int64_t decode = 128;
+  std::string prefill = "512";
+  std::string decode = "128";
+  std::string threads = "0";
   int reps = 3;
   int64_t batch = model::LoadOptions{}.max_batch;
   int64_t steps_per_graph = model::LoadOptions{}.fed_steps_per_graph;
   double l2_prefetch_mib = static_cast<double>(model::LoadOptions{}.l2_prefetch_bytes) / (1 << 20);
   bool json = false;
+  std::string output = "text";
 };
 
+// "128,512" -> {128, 512}: whole numbers in [min_value, max_value], at least one.
+std::vector<int64_t> parse_list(const std::string& text, const char* option, int64_t min_value,
+                                int64_t max_value) {
+  std::vector<int64_t> values;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    check(!item.empty() && ec == std::errc() && end == item.data() + item.size() &&
+              value >= min_value && value <= max_value,
+          "bench", option, ": expected a comma-separated list of whole numbers in ", min_value,
+          "..", max_value, ", got '", text, "'");
+    values.push_back(value);
+    if (comma == text.size()) break;
+    start = comma + 1;
+  }
+  return values;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(" \t"));
+        return name;
+      }
+    }
+  }
+  return "unknown";
+}
+
+struct ReadBandwidth {
+  uint64_t bytes = 0;
+  int threads = 0;
+  double bytes_per_second = 0;  // median of the timed passes
+};
+
+// Bytes a decode step reads come from memory, not the caches: a sum over a buffer far past
+// the last-level cache (256 MiB), split over `threads` threads, each reading its own part
+// (first touched by that thread). Median of 5 passes after a warm-up.
+ReadBandwidth measure_read_bandwidth(int threads) {
+  constexpr size_t kBytes = size_t{256} << 20;
+  const size_t words = kBytes / sizeof(uint64_t);
+  std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
+  const auto slice = [&](int t) {
+    const size_t per = words / static_cast<size_t>(threads);
+    const size_t first = per * static_cast<size_t>(t);
+    return std::pair<size_t, size_t>(first, t == threads - 1 ? words : first + per);
+  };
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);  // a cache line per thread
+  auto run = [&](auto&& body) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+    body(0);
+    for (std::thread& th : pool) th.join();
+  };
+  run([&](int t) {
+    const auto [first, last] = slice(t);
+    for (size_t i = first; i < last; ++i) buffer[i] = i * 0x9E3779B97F4A7C15ull;
+  });
+  std::vector<double> rates;
+  for (int pass = 0; pass < 6; ++pass) {
+    const double start = now_seconds();
+    run([&](int t) {
+      const auto [first, last] = slice(t);
+      uint64_t a = 0, b = 0, c = 0, d = 0;
+      size_t i = first;
+      for (; i + 4 <= last; i += 4) {
+        a += buffer[i];
+        b += buffer[i + 1];
+        c += buffer[i + 2];
+        d += buffer[i + 3];
+      }
+      for (; i < last; ++i) a += buffer[i];
+      sums[static_cast<size_t>(t) * 8] = a + b + c + d;
+    });
+    const double seconds = now_seconds() - start;
+    if (pass > 0) rates.push_back(static_cast<double>(kBytes) / seconds);
+  }
+  uint64_t total = 0;
+  for (const uint64_t s : sums) total += s;
+  check(total != 1, "bench", "read bandwidth: impossible checksum");  // keeps the sums live
+  return {kBytes, threads, median(rates)};
+}
+
+// One configuration's measurements.
+struct BenchRow {
+  int threads = 0;
+  int64_t prefill = 0;
+  int64_t decode = 0;
+  std::vector<double> prefill_rates, decode_rates, host_step_us;
+  double prefill_cold_ms = 0;
+  size_t dispatches = 0;
+  size_t kv_bytes = 0;
+  size_t bytes_per_token = 0;
+  double average_kv = 0;
+  CopyBandwidth copy;
+  ReadBandwidth read;           // CPU only
+  double floor_tok_s = 0;       // from the copy bandwidth
+  double read_floor_tok_s = 0;  // CPU: from the read bandwidth
+  std::optional<CaptureStats> stats;
+};
+
+struct BenchHeader {
+  std::string model;
+  std::string config;
+  std::string backend;
+  std::string device;       // "cpu: cpu (2 threads)", "cuda: NVIDIA H100 ... (sm_90, ...)"
+  std::string device_name;  // DeviceInfo::name
+  std::string cpu_model;
+  std::string isa;
+  uint64_t weight_bytes = 0;
+  int64_t layers = 1;
+};
+
+nlohmann::json row_json(const BenchHeader& h, const BenchRow& r, int reps) {
+  nlohmann::json j;
+  j["threads"] = r.threads;
+  j["prefill_tokens"] = r.prefill;
+  j["decode_tokens"] = r.decode;
+  j["reps"] = reps;
+  j["prefill_tok_s"] = median(r.prefill_rates);
+  j["prefill_tok_s_mean"] = mean(r.prefill_rates);
+  j["prefill_tok_s_stddev"] = stddev(r.prefill_rates);
+  j["prefill_cold_ms"] = r.prefill_cold_ms;
+  j["decode_tok_s"] = median(r.decode_rates);
+  j["decode_tok_s_mean"] = mean(r.decode_rates);
+  j["decode_tok_s_stddev"] = stddev(r.decode_rates);
+  j["prefill_tok_s_runs"] = r.prefill_rates;
+  j["decode_tok_s_runs"] = r.decode_rates;
+  const double decode_tok_s = median(r.decode_rates);
+  j["decode_ms_per_token"] = 1e3 / decode_tok_s;
+  j["host_us_per_step"] = median(r.host_step_us);
+  j["dispatches_per_token"] = r.dispatches;
+  j["dispatches_per_layer"] = static_cast<double>(r.dispatches) / static_cast<double>(h.layers);
+  if (r.stats) {
+    j["nodes_recorded"] = r.stats->nodes_recorded;
+    j["fusions"] = r.stats->fusions;
+    j["dataflow_edges"] = r.stats->dataflow_edges;
+  }
+  j["weight_bytes"] = h.weight_bytes;
+  j["kv_bytes_per_token"] = r.kv_bytes;
+  j["bytes_per_token"] = r.bytes_per_token;
+  j["copy_bytes"] = r.copy.bytes;
+  j["copy_bandwidth_gb_s"] = r.copy.bytes_per_second / 1e9;
+  j["copy_timing"] = r.copy.device_timed ? "device" : "host";
+  j["floor_tok_s"] = r.floor_tok_s;
+  j["floor_fraction"] = decode_tok_s / r.floor_tok_s;
+  if (r.read.bytes > 0) {
+    j["read_bytes"] = r.read.bytes;
+    j["read_bandwidth_gb_s"] = r.read.bytes_per_second / 1e9;
+    j["read_floor_tok_s"] = r.read_floor_tok_s;
+    j["read_floor_fraction"] = decode_tok_s / r.read_floor_tok_s;
+  }
+  return j;
+}
+
+// The floor a row is judged against: the read bandwidth's on the CPU (a decode step reads
+// its weights; it writes little), the copy bandwidth's on the GPU.
+double row_floor(const BenchRow& r) {
+  return r.read.bytes > 0 ? r.read_floor_tok_s : r.floor_tok_s;
+}
+
+std::string rate_text(const std::vector<double>& rates) {
+  return format("%.1f ± %.1f", mean(rates), stddev(rates));
+}
+
+// One row per test, as llama-bench prints them: ppN (prefill) and tgN (decode).
+std::vector<std::vector<std::string>> table_rows(const BenchHeader& h,
+                                                 const std::vector<BenchRow>& rows) {
+  std::vector<std::vector<std::string>> out;
+  out.push_back({"model", "size", "backend", "threads", "test", "t/s (mean ± sd)", "median",
+                 "floor t/s", "% floor"});
+  const std::string name = std::filesystem::path(h.model).filename().string();
+  for (const BenchRow& r : rows) {
+    const std::string threads = std::to_string(r.threads);
+    out.push_back({name, format_bytes(h.weight_bytes), h.backend, threads, cat("pp", r.prefill),
+                   rate_text(r.prefill_rates), format("%.1f", median(r.prefill_rates)), "", ""});
+    out.push_back({name, format_bytes(h.weight_bytes), h.backend, threads, cat("tg", r.decode),
+                   rate_text(r.decode_rates), format("%.1f", median(r.decode_rates)),
+                   format("%.1f", row_floor(r)),
+                   format("%.1f%%", 100.0 * median(r.decode_rates) / row_floor(r))});
+  }
+  return out;
+}
+
+// Display width of UTF-8 text (the ± sign is two bytes, one column).
+size_t columns(const std::string& text) {
+  size_t n = 0;
+  for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string pad(const std::string& text, size_t width, bool right) {
+  const std::string fill(width > columns(text) ? width - columns(text) : 0, ' ');
+  return right ? fill + text : text + fill;
+}
+
+std::string build_line() {
+  return cat("onepass ", kVersion, " (commit ", kGitCommit, ", backends: ", kBackends, ")");
+}
+
+void print_markdown(const BenchHeader& h, const std::vector<BenchRow>& rows, int reps) {
+  std::printf("%s; %s; CPU: %s%s; %d reps (mean ± sample stddev)\n\n", build_line().c_str(),
+              h.device.c_str(), h.cpu_model.c_str(),
+              h.isa.empty() ? "" : (", ISA " + h.isa).c_str(), reps);
+  const auto table = table_rows(h, rows);
+  for (size_t i = 0; i < table.size(); ++i) {
+    std::string line = "|";
+    for (size_t c = 0; c < table[i].size(); ++c) line += " " + table[i][c] + " |";
+    std::printf("%s\n", line.c_str());
+    if (i == 0) {
+      line = "|";
+      for (size_t c = 0; c < table[i].size(); ++c) line += c < 4 ? " --- |" : " ---: |";
+      std::printf("%s\n", line.c_str());
+    }
+  }
+}
+
+void print_text(const BenchHeader& h, const std::vector<BenchRow>& rows, int reps) {
+  std::printf("build:    %s\n", build_line().c_str());
+  std::printf("model:    %s\n          %s\n", h.model.c_str(), h.config.c_str());
+  std::printf("device:   %s\n", h.device.c_str());
+  std::printf("cpu:      %s%s\n", h.cpu_model.c_str(),
+              h.isa.empty() ? "" : cat(" (ISA path ", h.isa, ")").c_str());
+  std::printf(
+      "runs:     %d reps per configuration, each from an empty cache: a prefill of random tokens,\n"
+      "          then greedy decode steps on the device (mean ± sample stddev, and the median)\n\n",
+      reps);
+  const auto table = table_rows(h, rows);
+  std::vector<size_t> widths(table[0].size(), 0);
+  for (const auto& row : table) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], columns(row[c]));
+  }
+  for (const auto& row : table) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c)
+      line += (c ? "  " : "") + pad(row[c], widths[c], c >= 3);
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("\n");
+  for (const BenchRow& r : rows) {
+    std::printf(
+        "threads %d, pp%lld tg%lld: first prefill (recording its graph) %.1f ms; decode %.3f "
+        "ms/token, "
+        "host %.1f us/step%s\n",
+        r.threads, static_cast<long long>(r.prefill), static_cast<long long>(r.decode),
+        r.prefill_cold_ms, 1e3 / median(r.decode_rates), median(r.host_step_us),
+        h.backend == "cpu" ? " (execution included on the CPU)" : "");
+    std::printf("  kernels: %zu per token, %.1f per layer", r.dispatches,
+                static_cast<double>(r.dispatches) / static_cast<double>(h.layers));
+    if (r.stats)
+      std::printf(" (%zu recorded, %u fused)", r.stats->nodes_recorded, r.stats->fusions);
+    std::printf("\n  floor: %s weights + %s KV (avg %.0f tokens) = %s per token\n",
+                format_bytes(h.weight_bytes).c_str(), format_bytes(r.kv_bytes).c_str(),
+                r.average_kv, format_bytes(r.bytes_per_token).c_str());
+    if (r.read.bytes > 0) {
+      std::printf(
+          "         memory read %.1f GB/s (%d thread%s, %s buffer) -> %.1f tok/s; decode reaches "
+          "%.1f%%\n",
+          r.read.bytes_per_second / 1e9, r.read.threads, r.read.threads == 1 ? "" : "s",
+          format_bytes(r.read.bytes).c_str(), r.read_floor_tok_s,
+          100.0 * median(r.decode_rates) / r.read_floor_tok_s);
+    }
+    std::printf(
+        "         copy %.1f GB/s read + write (%s timed) -> %.1f tok/s; decode reaches %.1f%%\n",
+        r.copy.bytes_per_second / 1e9, r.copy.device_timed ? "device" : "host", r.floor_tok_s,
+        100.0 * median(r.decode_rates) / r.floor_tok_s);
+  }
+}
 
 int run_bench(const BenchArgs& args) {
   const char* where = "bench";
-  check(args.prefill >= 1, where, "--prefill must be at least 1, got ", args.prefill);
-  check(args.decode >= 1, where, "--decode must be at least 1, got ", args.decode);
-  check(args.reps >= 1, where, "--reps must be at least 1, got ", args.reps);
+  constexpr int64_t kWarmUpSteps = 4;
+  constexpr int64_t kMaxTokens = int64_t{1} << 20;
+  const std::vector<int64_t> prefills = parse_list(args.prefill, "-p/--prefill", 1, kMaxTokens);
+  const std::vector<int64_t> decodes = parse_list(args.decode, "-n/--decode", 1, kMaxTokens);
+  const std::vector<int64_t> thread_counts = parse_list(args.threads, "-t/--threads", 0, 1024);
+  check(args.reps >= 1, where, "-r/--reps must be at least 1, got ", args.reps);
+  check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
+  check(args.steps_per_graph >= 1, where, "--steps-per-graph must be at least 1, got ",
+        args.steps_per_graph);
+  check(args.l2_prefetch_mib >= 0, where, "--l2-prefetch-mib must not be negative, got ",
+        args.l2_prefetch_mib);
+  check(args.output == "text" || args.output == "md" || args.output == "json", where,
+        "-o/--output: expected text, md or json, got '", args.output, "'");
+  const std::string output = args.json ? "json" : args.output;
   const BackendChoice choice = parse_backend_choice(args.backend);
   const std::filesystem::path path = resolve_model(args.model, where);
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::shared_ptr<Backend> backend = make_backend(choice);
   const model::LlamaConfig& config = source->config();
+  const bool quiet = output != "text";
 
+  BenchHeader header;
+  header.model = path.string();
+  header.config = config.describe();
+  header.cpu_model = cpu_model_name();
+  header.layers = config.layers;
+  std::vector<BenchRow> rows;
   ProgressLine progress;
-  if (!args.json) progress.show("measuring copy bandwidth", true);
-  const CopyBandwidth copy = measure_copy_bandwidth(backend);
-
-  model::LoadOptions load;
-  check(args.batch >= 1, where, "--batch must be at least 1, got ", args.batch);
-  load.context = args.prefill + args.decode + 1;
-  load.max_batch = args.batch;
-  check(args.steps_per_graph >= 1, where, "--steps-per-graph must be at least 1, got ", args.steps_per_graph);
-  load.fed_steps_per_graph = args.steps_per_graph;
-  check(args.l2_prefetch_mib >= 0, where, "--l2-prefetch-mib must not be negative, got ", args.l2_prefetch_mib);
-  load.l2_prefetch_bytes = static_cast<int64_t>(args.l2_prefetch_mib * (1 << 20));
-  load.progress = [&](double fraction, const std::string& name) {
-    if (!args.json)
-      progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
+  auto show = [&](const std::string& text) {
+    if (!quiet) progress.show(text, true);
   };
-  model::LlamaModel llama(backend, *source, load);
+  for (const int64_t threads : thread_counts) {
+    const std::shared_ptr<Backend> backend = make_backend(choice, backend_options(threads, where));
+    const bool cpu = backend->kind() == BackendKind::cpu;
+    header.backend = backend_name(backend->kind());
+    // The CPU's thread count differs per row; the device line names the backend only.
+    header.device = cpu ? std::string("cpu") : describe_device(*backend);
+    header.device_name = backend->info().name;
+    header.isa = backend->info().isa;
+    const int used_threads = cpu ? backend->info().threads : static_cast<int>(threads);
 
-  // Random prompt tokens (fixed seed, so runs are comparable).
-  std::mt19937_64 rng(1234);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab_size - 1));
-  auto random_tokens = [&](int64_t n) {
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (int32_t& t : tokens) t = pick(rng);
-    return tokens;
-  };
+    show("measuring memory bandwidth");
+    const CopyBandwidth copy = measure_copy_bandwidth(backend);
+    const ReadBandwidth read =
+        cpu ? measure_read_bandwidth(std::max(1, used_threads)) : ReadBandwidth{};
 
-  // Warm-up: a prefill of the measured length and a few decode steps. The first prefill of
-  // a chunk length records its graph (and on CUDA sets up cuBLAS and captures its
-  // products): that one-time cost is reported apart (prefill_cold_ms), not in the rates.
-  if (!args.json) progress.show("warming up", true);
-  llama.reset();
-  const double cold0 = now_seconds();
-  int32_t token = model::argmax(llama.prefill(random_tokens(args.prefill)));
-  const double prefill_cold_ms = (now_seconds() - cold0) * 1e3;
-  token = llama.decode_greedy_run(token, 4).back();  // records both decode graphs
+    model::LoadOptions load;
+    // The longest run, and room for the warm-up's kWarmUpSteps after the longest prefill.
+    load.context = *std::max_element(prefills.begin(), prefills.end()) +
+                   std::max(*std::max_element(decodes.begin(), decodes.end()), kWarmUpSteps) + 1;
+    load.max_batch = args.batch;
+    load.fed_steps_per_graph = args.steps_per_graph;
+    load.l2_prefetch_bytes = static_cast<int64_t>(args.l2_prefetch_mib * (1 << 20));
+    load.progress = [&](double fraction, const std::string& name) {
+      if (!quiet)
+        progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
+    };
+    model::LlamaModel llama(backend, *source, load);
+    header.weight_bytes = llama.weight_bytes();
 
-  std::vector<double> prefill_rates, decode_rates, host_step_us;
-  for (int rep = 0; rep < args.reps; ++rep) {
-    if (!args.json) progress.show(format("rep %d/%d", rep + 1, args.reps), true);
-    llama.reset();
-    const std::vector<int32_t> prompt = random_tokens(args.prefill);
-    const double t0 = now_seconds();
-    token = model::argmax(llama.prefill(prompt));
-    const double t1 = now_seconds();
-    // Greedy decode as `onepass generate` runs it: each step fed from the previous one's
-    // argmax on the device, launched back to back.
-    const std::vector<int32_t> generated = llama.decode_greedy_run(token, args.decode);
-    if (!generated.empty()) token = generated.back();
-    host_step_us.push_back(static_cast<double>(llama.last_step_host_ns()) * 1e-3);
-    const double t2 = now_seconds();
-    prefill_rates.push_back(static_cast<double>(args.prefill) / (t1 - t0));
-    decode_rates.push_back(static_cast<double>(args.decode) / (t2 - t1));
+    // Random prompt tokens (fixed seed, so runs are comparable).
+    std::mt19937_64 rng(1234);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab_size - 1));
+    auto random_tokens = [&](int64_t n) {
+      std::vector<int32_t> tokens(static_cast<size_t>(n));
+      for (int32_t& t : tokens) t = pick(rng);
+      return tokens;
+    };
+    for (const int64_t prefill : prefills) {
+      for (const int64_t decode : decodes) {
+        BenchRow row;
+        row.threads = used_threads;
+        row.prefill = prefill;
+        row.decode = decode;
+        row.copy = copy;
+        row.read = read;
+        // Warm-up: a prefill of the measured length and a few decode steps. The first
+        // prefill of a chunk length records its graph (and on CUDA sets up cuBLAS and
+        // captures its products): that one-time cost is reported apart, not in the rates.
+        show(format("t=%lld pp%lld tg%lld: warming up", static_cast<long long>(threads),
+                    static_cast<long long>(prefill), static_cast<long long>(decode)));
+        llama.reset();
+        const double cold0 = now_seconds();
+        int32_t token = model::argmax(llama.prefill(random_tokens(prefill)));
+        row.prefill_cold_ms = (now_seconds() - cold0) * 1e3;
+        token = llama.decode_greedy_run(token, kWarmUpSteps).back();  // records both decode graphs
+        for (int rep = 0; rep < args.reps; ++rep) {
+          show(format("t=%lld pp%lld tg%lld: rep %d/%d", static_cast<long long>(threads),
+                      static_cast<long long>(prefill), static_cast<long long>(decode), rep + 1,
+                      args.reps));
+          llama.reset();
+          const std::vector<int32_t> prompt = random_tokens(prefill);
+          const double t0 = now_seconds();
+          token = model::argmax(llama.prefill(prompt));
+          const double t1 = now_seconds();
+          // Greedy decode as `onepass generate` runs it: each step fed from the previous
+          // one's argmax on the device, launched back to back.
+          const std::vector<int32_t> generated = llama.decode_greedy_run(token, decode);
+          if (!generated.empty()) token = generated.back();
+          row.host_step_us.push_back(static_cast<double>(llama.last_step_host_ns()) * 1e-3);
+          const double t2 = now_seconds();
+          row.prefill_rates.push_back(static_cast<double>(prefill) / (t1 - t0));
+          row.decode_rates.push_back(static_cast<double>(decode) / (t2 - t1));
+        }
+        row.dispatches = llama.decode_dispatches();
+        // Decode step i attends over prefill + i + 1 cached tokens.
+        row.average_kv = static_cast<double>(prefill) + static_cast<double>(decode + 1) / 2.0;
+        row.kv_bytes = llama.kv_bytes_read(static_cast<int64_t>(row.average_kv + 0.5));
+        row.bytes_per_token = llama.weight_bytes() + row.kv_bytes;
+        row.floor_tok_s = copy.bytes_per_second / static_cast<double>(row.bytes_per_token);
+        if (cpu)
+          row.read_floor_tok_s = read.bytes_per_second / static_cast<double>(row.bytes_per_token);
+        if (llama.decode_graph() != nullptr) row.stats = llama.decode_graph()->stats();
+        rows.push_back(std::move(row));
+      }
+    }
   }
   progress.clear();
 
-  const double prefill_tok_s = median(prefill_rates);
-  const double decode_tok_s = median(decode_rates);
-  const size_t dispatches = llama.decode_dispatches();
-  // Decode step i attends over prefill + i + 1 cached tokens.
-  const double average_kv =
-      static_cast<double>(args.prefill) + static_cast<double>(args.decode + 1) / 2.0;
-  const size_t kv_bytes = llama.kv_bytes_read(static_cast<int64_t>(average_kv + 0.5));
-  const size_t bytes_per_token = llama.weight_bytes() + kv_bytes;
-  const double floor_tok_s = copy.bytes_per_second / static_cast<double>(bytes_per_token);
-  const CaptureStats* stats = llama.decode_graph() ? &llama.decode_graph()->stats() : nullptr;
-
-  if (args.json) {
+  if (output == "json") {
     nlohmann::json j;
-    j["model"] = path.string();
-    j["config"] = config.describe();
-    j["backend"] = backend_name(backend->kind());
-    j["device"] = backend->info().name;
-    j["prefill_tokens"] = args.prefill;
-    j["decode_tokens"] = args.decode;
+    j["build"] = {{"version", kVersion}, {"commit", kGitCommit}, {"backends", kBackends}};
+    j["model"] = header.model;
+    j["config"] = header.config;
+    j["backend"] = header.backend;
+    j["device"] = header.device_name;
+    j["device_description"] = header.device;
+    if (header.backend == "cuda") j["gpu"] = header.device_name;
+    j["cpu_model"] = header.cpu_model;
+    if (!header.isa.empty()) j["isa"] = header.isa;
     j["reps"] = args.reps;
-    j["prefill_tok_s"] = prefill_tok_s;
-    j["prefill_cold_ms"] = prefill_cold_ms;
-    j["decode_tok_s"] = decode_tok_s;
-    j["prefill_tok_s_runs"] = prefill_rates;
-    j["decode_tok_s_runs"] = decode_rates;
-    j["decode_ms_per_token"] = 1e3 / decode_tok_s;
-    j["host_us_per_step"] = median(host_step_us);
-    j["dispatches_per_token"] = dispatches;
-    j["dispatches_per_layer"] =
-        static_cast<double>(dispatches) / static_cast<double>(config.layers);
-    if (stats != nullptr) {
-      j["nodes_recorded"] = stats->nodes_recorded;
-      j["fusions"] = stats->fusions;
-      j["dataflow_edges"] = stats->dataflow_edges;
-    }
-    j["weight_bytes"] = llama.weight_bytes();
-    j["kv_bytes_per_token"] = kv_bytes;
-    j["bytes_per_token"] = bytes_per_token;
-    j["copy_bytes"] = copy.bytes;
-    j["copy_bandwidth_gb_s"] = copy.bytes_per_second / 1e9;
-    j["copy_timing"] = copy.device_timed ? "device" : "host";
-    j["floor_tok_s"] = floor_tok_s;
-    j["floor_fraction"] = decode_tok_s / floor_tok_s;
+    nlohmann::json results = nlohmann::json::array();
+    for (const BenchRow& r : rows) results.push_back(row_json(header, r, args.reps));
+    // One configuration: its keys at the top level too, as scripts/bench-gpu reads them.
+    if (rows.size() == 1) j.update(results[0]);
+    j["results"] = results;
     std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+  } else if (output == "md") {
+    print_markdown(header, rows, args.reps);
+  } else {
+    print_text(header, rows, args.reps);
   }
-  std::printf("model:    %s\n          %s\n", path.string().c_str(), config.describe().c_str());
-  std::printf("device:   %s\n", describe_device(*backend).c_str());
-  std::printf(
-      "runs:     %d reps of %lld prompt tokens then %lld decode steps (medians; greedy on the "
-      "device)\n",
-      args.reps, static_cast<long long>(args.prefill), static_cast<long long>(args.decode));
-  std::printf("prefill:  %10.1f tok/s  (the first, recording its graph: %.1f ms)\n", prefill_tok_s, prefill_cold_ms);
-  // The CPU backend runs a step inside its launch, so there the host time is the step time.
-  std::printf("decode:   %10.1f tok/s  (%.3f ms/token, host %.1f us/step%s)\n", decode_tok_s,
-              1e3 / decode_tok_s, median(host_step_us),
-              backend->kind() == BackendKind::cpu ? ", execution included on the CPU" : "");
-  std::printf("kernels:  %zu per token, %.1f per layer", dispatches,
-              static_cast<double>(dispatches) / static_cast<double>(config.layers));
-  if (stats != nullptr)
-    std::printf(" (%zu recorded, %u fused)", stats->nodes_recorded, stats->fusions);
-  std::printf("\n");
-  std::printf(
-      "floor:    %s weights + %s KV (avg %.0f tokens) = %s per token; copy bandwidth %.1f GB/s (%s "
-      "timed)\n",
-      format_bytes(llama.weight_bytes()).c_str(), format_bytes(kv_bytes).c_str(), average_kv,
-      format_bytes(bytes_per_token).c_str(), copy.bytes_per_second / 1e9,
-      copy.device_timed ? "device" : "host");
-  std::printf("          -> %.1f tok/s floor; decode reaches %.1f%% of it\n", floor_tok_s,
-              100.0 * decode_tok_s / floor_tok_s);
   return 0;
 }
 
@@ -180,27 +470,37 @@ Command add_bench_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "bench", "Measure prefill and decode tokens/s and the memory-bandwidth floor");
   app->footer(
+      "-p, -n and -t take comma lists (-p 128,512 -n 128 -t 1,2) and every combination is run.\n"
       "Decode is greedy (argmax on the device) after a prefill of random token ids; each rep "
-      "starts from an empty\n"
-      "cache. The floor is (weight bytes + KV bytes read at the average KV length) / the copy "
-      "bandwidth measured\n"
-      "on the same backend (read + write bytes of a 1 GiB device copy on CUDA, 256 MiB on the "
-      "CPU).");
+      "starts\n"
+      "from an empty cache. The floor is (weight bytes + KV bytes read at the average KV length) "
+      "per\n"
+      "token against a measured bandwidth: on the CPU a multi-threaded read of a 256 MiB buffer "
+      "(the\n"
+      "copy bandwidth is shown too), on CUDA the read + write bytes of a 1 GiB device copy.");
   app->add_option("-m,--model", args->model,
                   "GGUF file or MLX directory (default: the default model)");
   app->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
-  app->add_option("--prefill", args->prefill, "Prompt tokens per rep")->capture_default_str();
-  app->add_option("--decode", args->decode, "Decode steps per rep")->capture_default_str();
-  app->add_option("--reps", args->reps, "Repetitions (medians are reported)")
+  app->add_option("-p,--prefill", args->prefill, "Prompt tokens per rep (comma list)")
       ->capture_default_str();
+  app->add_option("-n,--decode", args->decode, "Decode steps per rep (comma list)")
+      ->capture_default_str();
+  app->add_option(
+         "-t,--threads", args->threads,
+         "CPU worker threads (comma list; 0: ONEPASS_THREADS, else one per hardware thread)")
+      ->capture_default_str();
+  app->add_option("-r,--reps", args->reps, "Repetitions per configuration")->capture_default_str();
   app->add_option("--batch", args->batch, "Prompt tokens per prefill chunk")->capture_default_str();
   app->add_option("--steps-per-graph", args->steps_per_graph,
                   "Greedy decode steps recorded into one replayed graph")
       ->capture_default_str();
   app->add_option("--l2-prefetch-mib", args->l2_prefetch_mib,
-                  "CUDA decode: MiB of each layer's gate/up weights requested into L2 during attention (0: off)")
+                  "CUDA decode: MiB of each layer's gate/up weights requested into L2 during "
+                  "attention (0: off)")
       ->capture_default_str();
-  app->add_flag("--json", args->json, "Print one JSON object");
+  app->add_option("-o,--output", args->output, "text, md (a markdown table) or json")
+      ->capture_default_str();
+  app->add_flag("--json", args->json, "Print one JSON object (-o json)");
   return {app, [args] { return run_bench(*args); }};
 }
 

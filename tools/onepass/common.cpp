@@ -9,7 +9,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdarg>
+#include <cmath>
 #include <cstdio>
+#include <random>
 #include <vector>
 
 #include "onepass/core/error.h"
@@ -249,6 +251,85 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double mean(const std::vector<double>& values) {
+  if (values.empty()) return 0.0;
+  double total = 0.0;
+  for (const double v : values) total += v;
+  return total / static_cast<double>(values.size());
+}
+
+double stddev(const std::vector<double>& values) {
+  if (values.size() < 2) return 0.0;
+  const double m = mean(values);
+  double squares = 0.0;
+  for (const double v : values) squares += (v - m) * (v - m);
+  return std::sqrt(squares / static_cast<double>(values.size() - 1));
+}
+
+void add_threads_option(CLI::App& app, int64_t& threads) {
+  app.add_option("-t,--threads", threads,
+                 "CPU worker threads (default: ONEPASS_THREADS, else one per hardware thread)");
+}
+
+Options backend_options(int64_t threads, std::string_view where) {
+  constexpr int64_t kMaxThreads = 1024;
+  check(threads >= 0 && threads <= kMaxThreads, where, "-t/--threads: expected 1..", kMaxThreads,
+        ", got ", threads);
+  Options options = Options::defaults();
+  if (threads > 0) options.cpu_threads = static_cast<int>(threads);
+  return options;
+}
+
+void add_sampling_options(CLI::App& app, SamplingArgs& args) {
+  args.seed_option = app.add_option("-s,--seed", args.seed, "Sampling seed (default: random)");
+  app.add_option("--temp", args.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  app.add_option("--top-k", args.top_k, "Keep the k most likely tokens; 0 = all")->capture_default_str();
+  app.add_option("--top-p", args.top_p, "Keep the smallest set reaching probability p; 1 = all")
+      ->capture_default_str();
+  app.add_option("--min-p", args.min_p,
+                 "Keep tokens at least this fraction as likely as the most likely one; 0 = all")
+      ->capture_default_str();
+  app.add_option("--repeat-penalty", args.repeat_penalty,
+                 "Penalise the last --repeat-last-n tokens (logit / p, or * p when negative); 1 = off")
+      ->capture_default_str();
+  app.add_option("--repeat-last-n", args.repeat_last_n, "Tokens the repeat penalty looks back at")
+      ->capture_default_str();
+}
+
+model::SamplerOptions sampler_options(const SamplingArgs& args, std::string_view where) {
+  check(std::isfinite(args.temperature) && args.temperature >= 0.0f, where,
+        "--temp: expected a number >= 0 (0 = greedy), got ", args.temperature);
+  check(args.top_k >= 0, where, "--top-k: expected a whole number >= 0 (0 = all), got ", args.top_k);
+  check(args.top_p > 0.0f && args.top_p <= 1.0f, where, "--top-p: expected a number in (0, 1], got ",
+        args.top_p);
+  check(args.min_p >= 0.0f && args.min_p <= 1.0f, where, "--min-p: expected a number in [0, 1], got ",
+        args.min_p);
+  check(std::isfinite(args.repeat_penalty) && args.repeat_penalty > 0.0f, where,
+        "--repeat-penalty: expected a number above 0 (1 = off), got ", args.repeat_penalty);
+  check(args.repeat_last_n >= 0, where, "--repeat-last-n: expected a whole number >= 0, got ",
+        args.repeat_last_n);
+  model::SamplerOptions options;
+  options.temperature = args.temperature;
+  options.top_k = args.top_k;
+  options.top_p = args.top_p;
+  options.min_p = args.min_p;
+  options.repeat_penalty = args.repeat_penalty;
+  options.repeat_last_n = args.repeat_last_n;
+  const bool seeded = args.seed_option != nullptr && args.seed_option->count() > 0;
+  options.seed = seeded ? args.seed : std::random_device{}();
+  options.validate();
+  return options;
+}
+
+std::string describe_sampling(const model::SamplerOptions& o) {
+  std::string text = o.greedy() ? std::string("greedy")
+                                : format("temperature %.2f, top-k %d, top-p %.2f, min-p %.2f, seed %llu",
+                                         o.temperature, o.top_k, o.top_p, o.min_p,
+                                         static_cast<unsigned long long>(o.seed));
+  if (o.penalizes()) text += format(", repeat penalty %.2f over %d tokens", o.repeat_penalty, o.repeat_last_n);
+  return text;
 }
 
 double now_seconds() {

@@ -12,7 +12,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "onepass/core/options.h"
 #include "onepass/exec/backend.h"
+#include "onepass/model/sampler.h"
 
 namespace onepass::cli {
 
@@ -29,6 +31,33 @@ Command add_make_model_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_profile_command(CLI::App& parent);
 Command add_perplexity_command(CLI::App& parent);
+Command add_chat_command(CLI::App& parent);
+Command add_serve_command(CLI::App& parent);
+
+/// Adds -t/--threads (CPU worker threads) to a command that runs a model.
+void add_threads_option(CLI::App& app, int64_t& threads);
+/// Options::defaults() (ONEPASS_* environment) with -t applied when given (> 0); throws
+/// Error naming `where` for a count out of range.
+Options backend_options(int64_t threads, std::string_view where);
+
+/// The sampling options of generate and chat, as given on the command line.
+struct SamplingArgs {
+  float temperature = 0.0f;  // greedy: deterministic, and what small models answer best with
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
+  uint64_t seed = 0;
+  CLI::Option* seed_option = nullptr;
+};
+/// Adds -s/--seed, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n.
+void add_sampling_options(CLI::App& app, SamplingArgs& args);
+/// The sampler options of `args` (a random seed unless --seed was given); throws Error
+/// naming `where` and the option for a value out of range (--temp -1, --top-p 2).
+model::SamplerOptions sampler_options(const SamplingArgs& args, std::string_view where);
+/// "greedy" or "temperature 0.80, top-k 40, ..." for --verbose.
+std::string describe_sampling(const model::SamplerOptions& options);
 
 /// Adds to every integer option of `app` and its subcommands a check of the text before
 /// CLI11 converts it (CLI11 saturates out-of-range 64-bit values silently and reads "0x"
@@ -85,6 +114,9 @@ std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /// Median of `values` (0 when empty).
 double median(std::vector<double> values);
+/// Arithmetic mean and sample standard deviation (n - 1; 0 for fewer than two values).
+double mean(const std::vector<double>& values);
+double stddev(const std::vector<double>& values);
 
 struct CopyBandwidth {
   uint64_t bytes = 0;           // bytes copied per run

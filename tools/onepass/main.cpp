@@ -34,10 +34,12 @@ int main(int argc, char** argv) {
                                     ", backends: ", onepass::kBackends, ")"));
   std::vector<Command> commands;
   commands.push_back(add_generate_command(app));
+  commands.push_back(add_chat_command(app));
   commands.push_back(add_bench_command(app));
   commands.push_back(add_profile_command(app));
   commands.push_back(add_inspect_command(app));
   commands.push_back(add_make_model_command(app));
+  commands.push_back(add_serve_command(app));
   commands.push_back(add_perplexity_command(app));
   check_integer_options(app);
 

@@ -34,6 +34,7 @@ struct PerplexityArgs {
   int64_t batch = model::LoadOptions{}.max_batch;
   std::string save_logits;
   std::string kl_base;
+  int64_t threads = 0;
 };
 
 struct LogitsHeader {
@@ -61,6 +62,7 @@ int run_perplexity(const PerplexityArgs& args) {
         args.context);
   check(args.batch >= 1, kWhere, "--batch must be at least 1, got ", args.batch);
   const BackendChoice choice = parse_backend_choice(args.backend);
+  const Options backend_opts = backend_options(args.threads, kWhere);
   std::ifstream text_in(args.text_file, std::ios::binary);
   check(text_in.good(), kWhere, "cannot read the text file '", args.text_file, "'");
   const std::string text{std::istreambuf_iterator<char>(text_in), std::istreambuf_iterator<char>()};
@@ -73,7 +75,7 @@ int run_perplexity(const PerplexityArgs& args) {
   check(tokens.size() >= 2, kWhere, "the text '", args.text_file, "' has ", tokens.size(),
         " tokens; at least 2 are needed");
 
-  const std::shared_ptr<Backend> backend = make_backend(choice);
+  const std::shared_ptr<Backend> backend = make_backend(choice, backend_opts);
   model::LoadOptions load;
   load.context = args.context;
   load.max_batch = args.batch;
@@ -191,6 +193,7 @@ Command add_perplexity_command(CLI::App& parent) {
   app->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   app->add_option("--save-logits", args->save_logits, "Write the logits of every scored position to FILE");
   app->add_option("--kl-base", args->kl_base, "Compare with the logits saved in FILE");
+  add_threads_option(*app, args->threads);
   return {app, [args] { return run_perplexity(*args); }};
 }
 

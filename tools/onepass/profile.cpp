@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.h"
+#include "layered_dot.h"
 #include "onepass/backends/factory.h"
 #include "onepass/core/error.h"
 #include "onepass/exec/captured_graph.h"
@@ -30,6 +31,7 @@ struct ProfileArgs {
   std::string group = "op";
   std::string trace;
   std::string dot;
+  int64_t threads = 0;
 };
 
 int run_profile(const ProfileArgs& args) {
@@ -48,7 +50,7 @@ int run_profile(const ProfileArgs& args) {
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
   // Per-dispatch timing: an event pair per dispatch on CUDA, one dispatch at a time on the
   // CPU. The same switches as ONEPASS_PROFILE_DISPATCH / ONEPASS_PROFILE_CB.
-  Options options = Options::defaults();
+  Options options = backend_options(args.threads, where);
   options.profile_dispatches = true;
   options.profile_submissions = true;
   const std::shared_ptr<Backend> backend = make_backend(parse_backend_choice(args.backend), options);
@@ -110,8 +112,13 @@ int run_profile(const ProfileArgs& args) {
   if (!args.dot.empty() && llama.decode_graph()) {
     std::ofstream out(args.dot);
     check(static_cast<bool>(out), where, "cannot write ", args.dot);
-    out << llama.decode_graph()->graph().to_dot("decode");
-    std::printf("graph: %s (render with: dot -Tsvg %s -o decode.svg)\n", args.dot.c_str(), args.dot.c_str());
+    const ComputeGraph& step = llama.decode_graph()->graph();
+    const LayerSpans spans = find_layers(step, source->config().layers);
+    out << layered_dot(step, spans, "decode");
+    std::printf("graph: %s, %s (render with: dot -Tsvg %s -o decode.svg, or -Tpng)\n", args.dot.c_str(),
+                spans.found() ? cat("one cluster per layer, ", spans.per_layer, " dispatches each").c_str()
+                              : "no repeating layer found: no clusters",
+                args.dot.c_str());
   }
   return 0;
 }
@@ -132,7 +139,8 @@ Command add_profile_command(CLI::App& parent) {
   app->add_option("--decode", args->decode, "Decode steps profiled")->capture_default_str();
   app->add_option("--group", args->group, "Rows by op, label or kernel")->capture_default_str();
   app->add_option("--trace", args->trace, "Write a Chrome/Perfetto trace (JSON) of the last step");
-  app->add_option("--dot", args->dot, "Write the decode graph as Graphviz DOT");
+  app->add_option("--dot", args->dot, "Write the decode graph as Graphviz DOT, a cluster per layer");
+  add_threads_option(*app, args->threads);
   return {app, [args] { return run_profile(*args); }};
 }
 

@@ -13,10 +13,10 @@ namespace {
 using VK = Value::Kind;
 
 constexpr std::string_view kFilters[] = {
-    "abs",     "capitalize", "count",  "d",         "default", "first",  "float",   "int",
-    "items",   "join",       "last",   "length",    "list",    "lower",  "map",     "reject",
-    "rejectattr", "replace", "reverse", "safe",     "select",  "selectattr", "string", "title",
-    "tojson",  "trim",       "unique", "upper"};
+    "abs",     "capitalize", "count",  "d",         "default", "dictsort", "first",  "float",
+    "indent",  "int",        "items",  "join",      "last",    "length", "list",    "lower",
+    "map",     "reject",     "rejectattr", "replace", "reverse", "safe", "select",  "selectattr",
+    "sort",    "string",     "title",  "tojson",    "trim",    "unique", "upper"};
 constexpr std::string_view kTests[] = {
     "boolean", "callable", "defined",  "divisibleby", "eq",      "equalto", "even",
     "false",   "float",    "ge",       "gt",          "in",      "integer", "iterable",
@@ -209,6 +209,41 @@ int compare_values(const Value& a, const Value& b) {
   throw BuiltinError("cannot order '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
+// Ordering of sort and dictsort: strings compared case-folded (ASCII) unless case_sensitive.
+int sort_order(const Value& a, const Value& b, bool case_sensitive) {
+  if (!case_sensitive && a.is(VK::kString) && b.is(VK::kString)) {
+    return compare_values(Value::from(ascii_map(a.text, [](int c) { return std::tolower(c); })),
+                          Value::from(ascii_map(b.text, [](int c) { return std::tolower(c); })));
+  }
+  return compare_values(a, b);
+}
+
+// indent(width=4, first=False, blank=False): every line but the first (unless `first`) gets
+// the indentation; empty lines only with `blank`. `width` may be a string to indent with.
+std::string indent(const std::string& text, const Value& width, bool first, bool blank) {
+  const int64_t spaces = width.is_number() ? static_cast<int64_t>(width.as_double()) : 4;
+  const std::string pad =
+      width.is(VK::kString) ? width.text : std::string(static_cast<size_t>(std::max<int64_t>(0, spaces)), ' ');
+  // Python's splitlines of text + "\n" (as jinja2 does): lines end at \n, \r\n or \r.
+  std::vector<std::string> lines;
+  const std::string s = text + "\n";
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\n' || s[i] == '\r') {
+      lines.push_back(s.substr(start, i - start));
+      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+      start = i + 1;
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) out += '\n';
+    if (i == 0 ? first : (blank || !lines[i].empty())) out += pad;
+    out += lines[i];
+  }
+  return out;
+}
+
 // select/reject(test, args...) and selectattr/rejectattr(attribute, test, args...).
 Value select(Builtins& env, const Value& value, const Arguments& args, bool by_attribute, bool keep) {
   size_t next = 0;
@@ -329,6 +364,39 @@ Value apply_filter(Builtins& env, const Value& value, std::string_view name, con
     List items = to_list(value);
     std::reverse(items.begin(), items.end());
     return Value::from(std::move(items));
+  }
+  if (name == "sort") {
+    const bool reverse = truthy(args.get(0, "reverse", Value::from(false)));
+    const bool case_sensitive = truthy(args.get(1, "case_sensitive", Value::from(false)));
+    const Value path = args.get(2, "attribute", Value::none());
+    List items = to_list(value);
+    auto key = [&](const Value& v) { return path.is(VK::kString) ? attribute(v, path.text) : v; };
+    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+      const int order = sort_order(key(a), key(b), case_sensitive);
+      return reverse ? order > 0 : order < 0;
+    });
+    return Value::from(std::move(items));
+  }
+  if (name == "dictsort") {
+    if (!value.is(VK::kDict)) throw BuiltinError("expects a mapping, got '" + type_name(value) + "'");
+    const bool case_sensitive = truthy(args.get(0, "case_sensitive", Value::from(false)));
+    const Value by = args.get(1, "by", Value::from(std::string("key")));
+    const bool reverse = truthy(args.get(2, "reverse", Value::from(false)));
+    if (!by.is(VK::kString) || (by.text != "key" && by.text != "value")) {
+      throw BuiltinError("'by' must be 'key' or 'value'");
+    }
+    List items = items_of(value);
+    const size_t part = by.text == "key" ? 0 : 1;
+    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+      const int order = sort_order((*a.list)[part], (*b.list)[part], case_sensitive);
+      return reverse ? order > 0 : order < 0;
+    });
+    return Value::from(std::move(items));
+  }
+  if (name == "indent") {
+    return Value::from(indent(text(), args.get(0, "width", Value::from(int64_t{4})),
+                              truthy(args.get(1, "first", Value::from(false))),
+                              truthy(args.get(2, "blank", Value::from(false)))));
   }
   if (name == "unique") {
     List out;

@@ -119,6 +119,22 @@ class Evaluator final : public Builtins {
         return Flow::kContinue;
       case Stmt::Kind::kBlock:
         return exec_body(stmt.bodies[0], scope);
+      case Stmt::Kind::kFilterBlock: {
+        Value body = Value::from(render(stmt.bodies[0], scope));
+        out_ += to_str(filtered(*stmt.filter, std::move(body), scope));
+        return Flow::kNormal;
+      }
+      case Stmt::Kind::kCallBlock: {
+        // The called macro finds `caller` in its scope; the caller's body runs in this scope.
+        Value caller;
+        caller.kind = VK::kCallable;
+        caller.callable = std::make_shared<Callable>(Callable{"caller", &stmt});
+        call_blocks_.push_back({&stmt, &scope, stmt.expr.get(), caller});
+        const Value result = eval(*stmt.expr, scope);
+        call_blocks_.pop_back();
+        out_ += to_str(result);
+        return Flow::kNormal;
+      }
     }
     return Flow::kNormal;
   }
@@ -208,6 +224,7 @@ class Evaluator final : public Builtins {
       exec_body(stmt.bodies[0], scope);
       std::swap(captured, out_);
       value = Value::from(std::move(captured));
+      if (stmt.filter) value = filtered(*stmt.filter, std::move(value), scope);
     }
     if (stmt.attribute.empty()) {
       bind(scope, stmt.targets, value, stmt.offset);
@@ -219,6 +236,22 @@ class Evaluator final : public Builtins {
                                stmt.targets[0], "', which is not a namespace()"));
     }
     object.dict->set(stmt.attribute, std::move(value));
+  }
+
+  // The filter chain of a filter block or set block applied to its rendered body.
+  Value filtered(const Expr& chain, Value body, Scope& scope) {
+    std::swap(block_value_, body);
+    Value result = eval(chain, scope);
+    std::swap(block_value_, body);
+    return result;
+  }
+
+  std::string render(const Body& body, Scope& scope) {
+    std::string captured;
+    std::swap(captured, out_);
+    exec_body(body, scope);
+    std::swap(captured, out_);
+    return captured;
   }
 
   // ---------------------------------------------------------------------------------------
@@ -293,6 +326,8 @@ class Evaluator final : public Builtins {
       case Expr::Kind::kCondition:
         if (truthy(eval(*expr.a, scope))) return eval(*expr.b, scope);
         return expr.c ? eval(*expr.c, scope) : Value::undefined();
+      case Expr::Kind::kBlockValue:
+        return block_value_;
     }
     return Value::undefined();
   }
@@ -411,7 +446,20 @@ class Evaluator final : public Builtins {
       fail_at(expr.a->offset, cat("macro '", macro.text, "' takes ", macro.params.size(),
                                " arguments, not ", args.positional.size()));
     }
-    Scope macro_scope{{}, root_};
+    // A call block's body (caller()) sees the scope of the call block; a macro, the globals.
+    Scope* parent = root_;
+    if (macro.kind == Stmt::Kind::kCallBlock) {
+      for (auto it = call_blocks_.rbegin(); it != call_blocks_.rend(); ++it) {
+        if (it->stmt == &macro) {
+          parent = it->scope;
+          break;
+        }
+      }
+    }
+    Scope macro_scope{{}, parent};
+    if (!call_blocks_.empty() && call_blocks_.back().call == &expr) {
+      macro_scope.variables["caller"] = call_blocks_.back().caller;
+    }
     for (size_t i = 0; i < macro.params.size(); ++i) {
       const auto& [name, fallback] = macro.params[i];
       Value value = args.get(i, name);
@@ -528,6 +576,16 @@ class Evaluator final : public Builtins {
   const Template::Program& program_;
   std::string& out_;
   Scope* root_ = nullptr;
+  Value block_value_;  // the body of the filter block or set block being filtered
+  // Call blocks being evaluated, innermost last: the block, its scope, its macro call and
+  // the `caller` it passes.
+  struct CallBlock {
+    const Stmt* stmt;
+    Scope* scope;
+    const Expr* call;
+    Value caller;
+  };
+  std::vector<CallBlock> call_blocks_;
 };
 
 }  // namespace

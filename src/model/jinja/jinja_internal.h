@@ -129,6 +129,7 @@ struct Expr {
     kUnary,      ///< name is "not" or "-" or "+": a
     kBinary,     ///< a name b
     kCondition,  ///< b if a else c
+    kBlockValue, ///< the rendered body of a filter block or a set block with filters
   };
   Kind kind = Kind::kLiteral;
   size_t offset = 0;
@@ -155,12 +156,14 @@ struct Stmt {
     kBreak,
     kContinue,
     kBlock,     ///< a body rendered as is ({% generation %})
+    kFilterBlock,  ///< filter chain: `filter` applied to bodies[0] rendered (kBlockValue)
+    kCallBlock,    ///< call(params) expr: the macro call `expr` with `caller` = bodies[0]
   };
   Kind kind = Kind::kText;
   size_t offset = 0;
   std::string text;
   ExprPtr expr;
-  ExprPtr filter;
+  ExprPtr filter;  ///< for: the loop filter; set block and filter block: the filter chain
   std::vector<std::string> targets;
   std::string attribute;
   std::vector<ExprPtr> conditions;

@@ -64,6 +64,15 @@ class Lexer {
         end += 2;
       } else {
         end = lex_tag(kind, inner, open, strip_after, keep_newline);
+        if (kind == '%' && is_raw_open()) {
+          // {% raw %}text{% endraw %}: the text is output as written (as in jinja2,
+          // trim_blocks does not drop a newline right after {% raw %}; "-" strips).
+          tokens_.resize(tokens_.size() - 3);
+          end = lex_raw(after_tag(end, strip_after, /*keep_newline=*/true), open);
+          line_starting = end > 0 && source_[end - 1] == '\n';
+          pos = end;
+          continue;
+        }
       }
       pos = end;
       if (strip_after) {
@@ -81,6 +90,58 @@ class Lexer {
  private:
   [[noreturn]] void fail_at(size_t offset, std::string_view what) {
     fail(options_.name, position(source_, offset), ": ", what);
+  }
+
+  bool is_raw_open() const {
+    const size_t n = tokens_.size();
+    return n >= 3 && tokens_[n - 3].kind == Token::Kind::kStmtBegin && tokens_[n - 2].kind == Token::Kind::kName &&
+           tokens_[n - 2].text == "raw" && tokens_[n - 1].kind == Token::Kind::kStmtEnd;
+  }
+
+  // Where text resumes after a block tag ending at `pos`: "-" strips the whitespace that
+  // follows, trim_blocks the one newline.
+  size_t after_tag(size_t pos, bool strip_after, bool keep_newline) const {
+    if (strip_after) {
+      while (pos < source_.size() && kSpace.find(source_[pos]) != std::string_view::npos) ++pos;
+    } else if (options_.trim_blocks && !keep_newline && pos < source_.size() && source_[pos] == '\n') {
+      ++pos;
+    }
+    return pos;
+  }
+
+  // The text of a raw block from `pos` up to its {% endraw %} (with the same whitespace
+  // control as any block tag); returns the offset where the template resumes.
+  size_t lex_raw(size_t pos, size_t open) {
+    for (size_t tag = source_.find("{%", pos); tag != std::string_view::npos; tag = source_.find("{%", tag + 2)) {
+      size_t i = tag + 2;
+      const char control = i < source_.size() ? source_[i] : '\0';
+      if (control == '-' || control == '+') ++i;
+      while (i < source_.size() && kSpace.find(source_[i]) != std::string_view::npos) ++i;
+      if (source_.substr(i, 6) != "endraw") continue;
+      i += 6;
+      while (i < source_.size() && kSpace.find(source_[i]) != std::string_view::npos) ++i;
+      bool strip_after = false;
+      bool keep_newline = false;
+      if (i < source_.size() && (source_[i] == '-' || source_[i] == '+')) {
+        (source_[i] == '-' ? strip_after : keep_newline) = true;
+        ++i;
+      }
+      if (source_.substr(i, 2) != "%}") continue;
+      std::string text(source_.substr(pos, tag - pos));
+      if (control == '-') {
+        text.erase(text.find_last_not_of(kSpace) + 1);
+      } else if (options_.lstrip_blocks && control != '+') {
+        const size_t line_begin = text.rfind('\n');
+        const size_t from = line_begin == std::string::npos ? 0 : line_begin + 1;
+        const bool at_line_start = line_begin != std::string::npos || pos == 0 || source_[pos - 1] == '\n';
+        if (at_line_start && text.find_first_not_of(" \t", from) == std::string::npos) {
+          text.erase(from);
+        }
+      }
+      emit_text(std::move(text), pos);
+      return after_tag(i + 2, strip_after, keep_newline);
+    }
+    fail_at(open, "the raw block is not closed with '{% endraw %}'");
   }
 
   size_t find_tag(size_t from) const {

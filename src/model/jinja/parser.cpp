@@ -176,7 +176,7 @@ class Parser {
         if (stmt->targets.size() != 1 || !stmt->attribute.empty()) {
           fail_at(peek().offset, "expected '=' in the set statement");
         }
-        if (is_op("|")) fail_at(peek().offset, "filters on a set block are not supported");
+        if (is_op("|")) stmt->filter = parse_filters(make(Expr::Kind::kBlockValue, peek().offset));
         expect(Kind::kStmtEnd, "'%}'");
         stmt->bodies.push_back(parse_body({"endset"}, end_tag));
         expect(Kind::kStmtEnd, "'%}'");
@@ -200,6 +200,42 @@ class Parser {
       expect(Kind::kStmtEnd, "'%}'");
       return stmt;
     }
+    if (keyword == "filter") {
+      // {% filter name(args) | more %}: the first filter is written without '|'.
+      auto stmt = make_stmt(Stmt::Kind::kFilterBlock, name.offset);
+      const Token& first = peek();
+      auto filter = make(Expr::Kind::kFilter, first.offset);
+      filter->name = expect_name();
+      if (!is_known_filter(filter->name)) fail_at(first.offset, cat("filter '", filter->name, "' is not supported"));
+      filter->a = make(Expr::Kind::kBlockValue, first.offset);
+      if (is_op("(")) parse_arguments(*filter);
+      stmt->filter = parse_filters(std::move(filter));
+      expect(Kind::kStmtEnd, "'%}'");
+      stmt->bodies.push_back(parse_body({"endfilter"}, end_tag));
+      expect(Kind::kStmtEnd, "'%}'");
+      return stmt;
+    }
+    if (keyword == "call") {
+      // {% call(params) macro(args) %}body{% endcall %}: the macro sees caller(params) = body.
+      auto stmt = make_stmt(Stmt::Kind::kCallBlock, name.offset);
+      stmt->text = "caller";
+      if (skip_op("(")) {
+        while (!skip_op(")")) {
+          std::string param = expect_name();
+          ExprPtr fallback;
+          if (skip_op("=")) fallback = parse_expression();
+          stmt->params.emplace_back(std::move(param), std::move(fallback));
+          if (!is_op(")")) expect_op(",");
+        }
+      }
+      const size_t call_offset = peek().offset;
+      stmt->expr = parse_expression();
+      if (stmt->expr->kind != Expr::Kind::kCall) fail_at(call_offset, "a call block needs a macro call");
+      expect(Kind::kStmtEnd, "'%}'");
+      stmt->bodies.push_back(parse_body({"endcall"}, end_tag));
+      expect(Kind::kStmtEnd, "'%}'");
+      return stmt;
+    }
     if (keyword == "break" || keyword == "continue") {
       expect(Kind::kStmtEnd, "'%}'");
       return make_stmt(keyword == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue, name.offset);
@@ -212,8 +248,9 @@ class Parser {
       expect(Kind::kStmtEnd, "'%}'");
       return stmt;
     }
-    static constexpr std::string_view kClosers[] = {"endif", "endfor", "endset", "endmacro",
-                                                    "else", "elif", "endgeneration"};
+    static constexpr std::string_view kClosers[] = {"endif",         "endfor",    "endset",
+                                                    "endmacro",      "else",      "elif",
+                                                    "endgeneration", "endfilter", "endcall"};
     if (std::find(std::begin(kClosers), std::end(kClosers), keyword) != std::end(kClosers)) {
       fail_at(name.offset, cat("'", keyword, "' without an open block it could close"));
     }
