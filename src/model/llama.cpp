@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <climits>
 #include <cstring>
 
 #include "onepass/core/error.h"
@@ -45,13 +46,30 @@ void check_tensors(const ModelSource& source, const LlamaConfig& c) {
     const std::string p = cat("blk.", l, ".");
     expect(p + "attn_norm.weight", Shape{c.hidden}, "[hidden]");
     expect(p + "ffn_norm.weight", Shape{c.hidden}, "[hidden]");
-    expect(p + "attn_q.weight", Shape{c.q_dim(), c.hidden}, "[heads x head_dim, hidden]");
-    expect(p + "attn_k.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
-    expect(p + "attn_v.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
+    if (c.fused_qkv_tensor) {
+      expect(p + "attn_qkv.weight", Shape{c.q_dim() + 2 * c.kv_dim(), c.hidden},
+             "[(heads + 2 kv_heads) x head_dim, hidden]");
+    } else {
+      expect(p + "attn_q.weight", Shape{c.q_dim(), c.hidden}, "[heads x head_dim, hidden]");
+      expect(p + "attn_k.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
+      expect(p + "attn_v.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
+    }
     expect(p + "attn_output.weight", Shape{c.hidden, c.q_dim()}, "[hidden, heads x head_dim]");
-    expect(p + "ffn_gate.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
-    expect(p + "ffn_up.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
+    if (c.fused_gate_up_tensor) {
+      expect(p + "ffn_up.weight", Shape{2 * c.ffn, c.hidden}, "[2 ffn (gate, then up), hidden]");
+    } else {
+      expect(p + "ffn_gate.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
+      expect(p + "ffn_up.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
+    }
     expect(p + "ffn_down.weight", Shape{c.hidden, c.ffn}, "[hidden, ffn]");
+    if (c.qk_norm) {
+      expect(p + "attn_q_norm.weight", Shape{c.head_dim}, "[head_dim]");
+      expect(p + "attn_k_norm.weight", Shape{c.head_dim}, "[head_dim]");
+    }
+    if (c.post_norms) {
+      expect(p + "post_attention_norm.weight", Shape{c.hidden}, "[hidden]");
+      expect(p + "post_ffw_norm.weight", Shape{c.hidden}, "[hidden]");
+    }
     if (c.qkv_bias) {
       expect(p + "attn_q.bias", Shape{c.q_dim()}, "[heads x head_dim]");
       expect(p + "attn_k.bias", Shape{c.kv_dim()}, "[kv_heads x head_dim]");
@@ -95,7 +113,8 @@ struct LlamaModel::Buffers {
   TensorView next_token;                                 // i32 [1]
   TensorView history;  // i32 [context + 1]: token at each position, as fed on the device
   BufferView flash_scratch;
-  TensorView rope_cos_sin;  // decode: f32 [rope_dims], the token's (cos, sin) per RoPE pair
+  TensorView rope_cos_sin;  // decode: f32 [2, rope_dims], the token's (cos, sin) per RoPE pair, per base
+  TensorView all_logits;    // evaluate(): f32 [rows, vocab], allocated on first use
 
   TensorView ids(int64_t n) const {
     return TensorView(step_dev.slice(4, static_cast<size_t>(n) * 4), DType::i32, Shape{n});
@@ -150,7 +169,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
   count("token_embd.weight");
   count("output.weight");
   for (int64_t l = 0; l < c.layers; ++l) {
-    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
       count(cat("blk.", l, ".", n, ".weight"));
     }
   }
@@ -172,6 +191,17 @@ void LlamaModel::load_weights(const ModelSource& source) {
     check(t.dtype == DType::f32 && t.shape.numel() == n, "model", "tensor ", name, " must be f32 with ", n,
           " values, is ", dtype_name(t.dtype), t.shape.str());
     return upload(t).reshaped(Shape{n});
+  };
+  // Norm weights with the family's offset added (Gemma's HF checkpoints store w - 1).
+  auto norm_f32 = [&](const std::string& name, int64_t n) {
+    TensorView v = vector_f32(name, n);
+    if (c.norm_weight_offset != 0.0f) {
+      std::vector<float> w(static_cast<size_t>(n));
+      v.view.read(w.data(), w.size() * 4);
+      for (float& x : w) x += c.norm_weight_offset;
+      v.view.write(w);
+    }
+    return v;
   };
   // Rows of several tensors with the same column count and format, in one buffer: one
   // matrix product instead of several (Q/K/V, gate/up).
@@ -250,7 +280,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
         "token_embd.weight has shape ", embd.shape.str(), ", expected [", c.vocab_size, ", ", c.hidden, "]");
   token_embd_ = upload(embd);
   report(embd.name, embd.bytes);
-  output_norm_ = vector_f32("output_norm.weight", c.hidden);
+  output_norm_ = norm_f32("output_norm.weight", c.hidden);
   if (source.find("output.weight")) {
     output_ = linear({"output.weight"}, c.hidden, {});
   } else {  // tied: the LM head is the token embedding
@@ -273,13 +303,29 @@ void LlamaModel::load_weights(const ModelSource& source) {
   for (int64_t l = 0; l < c.layers; ++l) {
     LayerWeights& w = layers_[static_cast<size_t>(l)];
     const std::string p = cat("blk.", l, ".");
-    w.attn_norm = vector_f32(p + "attn_norm.weight", c.hidden);
-    w.ffn_norm = vector_f32(p + "ffn_norm.weight", c.hidden);
-    std::vector<std::string> bias;
-    if (c.qkv_bias) bias = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
-    w.qkv_parts = fused_or_separate({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, c.hidden, bias);
+    w.attn_norm = norm_f32(p + "attn_norm.weight", c.hidden);
+    w.ffn_norm = norm_f32(p + "ffn_norm.weight", c.hidden);
+    if (c.qk_norm) {
+      w.q_norm = norm_f32(p + "attn_q_norm.weight", c.head_dim);
+      w.k_norm = norm_f32(p + "attn_k_norm.weight", c.head_dim);
+    }
+    if (c.post_norms) {
+      w.post_attn_norm = norm_f32(p + "post_attention_norm.weight", c.hidden);
+      w.post_ffn_norm = norm_f32(p + "post_ffw_norm.weight", c.hidden);
+    }
+    if (c.fused_qkv_tensor) {
+      w.qkv_parts = {linear({p + "attn_qkv.weight"}, c.hidden, {})};
+    } else {
+      std::vector<std::string> bias;
+      if (c.qkv_bias) bias = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
+      w.qkv_parts = fused_or_separate({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, c.hidden, bias);
+    }
     w.attn_output = linear({p + "attn_output.weight"}, c.q_dim(), {});
-    w.gate_up_parts = fused_or_separate({p + "ffn_gate.weight", p + "ffn_up.weight"}, c.hidden, {});
+    if (c.fused_gate_up_tensor) {
+      w.gate_up_parts = {linear({p + "ffn_up.weight"}, c.hidden, {})};
+    } else {
+      w.gate_up_parts = fused_or_separate({p + "ffn_gate.weight", p + "ffn_up.weight"}, c.hidden, {});
+    }
     w.down = linear({p + "ffn_down.weight"}, c.ffn, {});
     const size_t base = static_cast<size_t>(l) * 2 * cache_bytes;
     w.k_cache = TensorView(caches.slice(base, cache_bytes), options_.kv_type, Shape{c.kv_heads, ctx, c.head_dim});
@@ -311,7 +357,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
   buffers->next_token = b.alloc_tensor(DType::i32, Shape{1});
   buffers->history = b.alloc_tensor(DType::i32, Shape{ctx + 1});
   buffers->flash_scratch = b.alloc(ops::flash_decode_scratch_bytes(c.heads, ctx, c.head_dim));
-  buffers->rope_cos_sin = b.alloc_tensor(DType::f32, Shape{c.rope_dims});
+  // One (cos, sin) table per RoPE base (local and global layers may differ).
+  buffers->rope_cos_sin = b.alloc_tensor(DType::f32, Shape{2, c.rope_dims});
   buffers_ = std::move(buffers);
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
@@ -353,11 +400,17 @@ void run_parts(GraphSession& s, const TensorView& x, const std::vector<Linear>& 
 }  // namespace
 
 void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool fed) {
+  emit(s, n, decode_step, fed, false);
+}
+
+void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bool all_logits) {
   const LlamaConfig& c = config_;
   const Buffers& b = *buffers_;
   check(n >= 1 && n <= b.max_batch, "model", "batch of ", n, " tokens (1..", b.max_batch, ")");
   check(!decode_step || n == 1, "model", "a decode step takes one token");
   check(!fed || decode_step, "model", "only a decode step takes its inputs from the previous one");
+  check(!all_logits || (!decode_step && n <= b.all_logits.rows()), "model", "all-position logits of ", n,
+        " tokens (a prefill chunk of at most ", b.all_logits.rows(), ")");
   const int64_t hd = c.head_dim;
   if (!fed) ops::copy_bytes(s, b.step_host, b.step_dev);
   const TensorView ids = b.ids(n);
@@ -368,21 +421,31 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
   const TensorView proj = b.proj.rows_slice(0, n);
   const TensorView act = b.act.rows_slice(0, n);
   ops::embedding(s, token_embd_, ids, x);
+  if (c.embedding_scale != 1.0f) ops::scale(s, x, c.embedding_scale, x);
 
   ops::RopeParams rope;
   rope.layout = c.rope_neox ? ops::RopeLayout::neox : ops::RopeLayout::normal;
   rope.rotary_dims = static_cast<int32_t>(c.rope_dims);
-  rope.theta = c.rope_theta;
   rope.freq_scale = c.rope_freq_scale;
   rope.freq_factors = rope_factors_;
   ops::AttentionParams attention;
-  attention.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  attention.scale = c.attention_scale_or_default();
+  attention.softcap = c.attn_softcap;
   attention.n_head = static_cast<int32_t>(c.heads);
   attention.n_kv_head = static_cast<int32_t>(c.kv_heads);
   attention.head_dim = static_cast<int32_t>(hd);
 
+  // Decode: the first layer of each RoPE base stores the token's (cos, sin) per pair in
+  // that base's row, the later ones load it (powf and sincosf once per token and base).
+  bool cos_sin_stored[2] = {false, false};
   int64_t li = 0;  // layer index
   for (const LayerWeights& w : layers_) {
+    const bool local = c.layer_is_local(li);
+    rope.theta = c.layer_rope_theta(li);
+    // Linear RoPE scaling stretches the global layers only where local layers have their own
+    // base (Gemma 3: factor 8 on the global layers of the 4B and larger models).
+    rope.freq_scale = local && c.rope_theta_local > 0 ? 1.0f : c.rope_freq_scale;
+    attention.window = local ? static_cast<int32_t>(std::min<int64_t>(c.sliding_window, INT32_MAX)) : 0;
     ops::rms_norm(s, x, w.attn_norm, xn, c.norm_eps);
     TensorView q, k, v;
     if (decode_step) {
@@ -409,13 +472,18 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
       k = b.k.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
       v = b.v.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
     }
+    if (c.qk_norm) {  // per head, in place
+      ops::rms_norm(s, q.reshaped(Shape{n * c.heads, hd}), w.q_norm, q.reshaped(Shape{n * c.heads, hd}), c.norm_eps);
+      ops::rms_norm(s, k.reshaped(Shape{n * c.kv_heads, hd}), w.k_norm, k.reshaped(Shape{n * c.kv_heads, hd}),
+                    c.norm_eps);
+    }
     if (options_.fused_ops) {
-      // One token: the first layer stores the token's (cos, sin) per pair, the others load
-      // them (powf and sincosf once per token, not per layer).
       ops::RopeParams layer_rope = rope;
       if (decode_step) {
-        layer_rope.cos_sin = b.rope_cos_sin;
-        layer_rope.cos_sin_use = li == 0 ? ops::RopeCosSin::store : ops::RopeCosSin::load;
+        const size_t base = rope.theta == c.rope_theta ? 0 : 1;
+        layer_rope.cos_sin = b.rope_cos_sin.rows_slice(static_cast<int64_t>(base), 1).reshaped(Shape{c.rope_dims});
+        layer_rope.cos_sin_use = cos_sin_stored[base] ? ops::RopeCosSin::load : ops::RopeCosSin::store;
+        cos_sin_stored[base] = true;
       }
       ops::rope_kv_write(s, q, k, v, w.k_cache, w.v_cache, positions, layer_rope);
     } else {
@@ -442,17 +510,18 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
       ops::sdpa(s, q, w.k_cache, w.v_cache, positions, attn.reshaped(Shape{n, c.heads, hd}), attention);
     }
     run_linear(s, attn, w.attn_output, proj);
+    if (c.post_norms) ops::rms_norm(s, proj, w.post_attn_norm, proj, c.norm_eps);
     ops::add(s, x, proj, x);
     ops::rms_norm(s, x, w.ffn_norm, xn, c.norm_eps);
+    TensorView gate, up;
     if (decode_step) {
       run_parts(s, xn, w.gate_up_parts, b.gate_up);
-      const TensorView gate(b.gate_up.view.slice(0, static_cast<size_t>(c.ffn) * 4), DType::f32, Shape{1, c.ffn});
-      const TensorView up(b.gate_up.view.slice(static_cast<size_t>(c.ffn) * 4, static_cast<size_t>(c.ffn) * 4),
-                          DType::f32, Shape{1, c.ffn});
-      ops::silu_mul(s, gate, up, act);
+      gate = TensorView(b.gate_up.view.slice(0, static_cast<size_t>(c.ffn) * 4), DType::f32, Shape{1, c.ffn});
+      up = TensorView(b.gate_up.view.slice(static_cast<size_t>(c.ffn) * 4, static_cast<size_t>(c.ffn) * 4),
+                      DType::f32, Shape{1, c.ffn});
     } else {
-      const TensorView gate = b.gate.rows_slice(0, n);
-      const TensorView up = b.up.rows_slice(0, n);
+      gate = b.gate.rows_slice(0, n);
+      up = b.up.rows_slice(0, n);
       if (w.gate_up_parts.size() == 1) {
         run_linear(s, xn, w.gate_up_parts[0].rows(0, c.ffn), gate);
         run_linear(s, xn, w.gate_up_parts[0].rows(c.ffn, c.ffn), up);
@@ -460,17 +529,35 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
         run_linear(s, xn, w.gate_up_parts[0], gate);
         run_linear(s, xn, w.gate_up_parts[1], up);
       }
-      ops::silu_mul(s, gate, up, act);
+    }
+    switch (c.activation) {
+      case FfnActivation::silu:
+        ops::silu_mul(s, gate, up, act);
+        break;
+      case FfnActivation::gelu_tanh:
+        ops::gelu_mul(s, gate, up, act);
+        break;
     }
     run_linear(s, act, w.down, proj);
+    if (c.post_norms) ops::rms_norm(s, proj, w.post_ffn_norm, proj, c.norm_eps);
     ops::add(s, x, proj, x);
     ++li;
+  }
+  if (all_logits) {
+    // Every position's logits (perplexity, teacher forcing).
+    const TensorView logits = b.all_logits.rows_slice(0, n);
+    ops::rms_norm(s, x, output_norm_, xn, c.norm_eps);
+    run_linear(s, xn, output_, logits);
+    if (c.final_softcap > 0) ops::softcap(s, logits, c.final_softcap, logits);
+    s.keep(logits);
+    return;
   }
   // Only the last token's logits are needed.
   const TensorView last = x.rows_slice(n - 1, 1);
   const TensorView last_norm = b.xn.rows_slice(0, 1);
   ops::rms_norm(s, last, output_norm_, last_norm, c.norm_eps);
   run_linear(s, last_norm, output_, b.logits);
+  if (c.final_softcap > 0) ops::softcap(s, b.logits, c.final_softcap, b.logits);
   ops::argmax(s, b.logits, b.next_token);
   s.keep(b.logits);
   s.keep(b.next_token);
@@ -480,6 +567,37 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
     ops::feed_token(s, b.next_token, b.ids(1), b.positions(1), b.kv_length(), b.history);
     for (const TensorView& t : {b.ids(1), b.positions(1), b.kv_length(), b.history}) s.keep(t);
   }
+}
+
+std::span<const float> LlamaModel::evaluate(std::span<const int32_t> tokens) {
+  check(!tokens.empty(), "model", "evaluate of no tokens");
+  check(position_ + static_cast<int64_t>(tokens.size()) <= options_.context, "model", "context full: ", position_,
+        " + ", tokens.size(), " tokens exceed the context of ", options_.context, " (use --ctx to enlarge it)");
+  Buffers& b = *buffers_;
+  const int64_t vocab = config_.vocab_size;
+  if (!b.all_logits.view) {
+    b.all_logits = backend_->alloc_tensor(DType::f32, Shape{std::min(b.max_batch, kEvaluateRows), vocab});
+  }
+  all_logits_.resize(tokens.size() * static_cast<size_t>(vocab));
+  size_t done = 0;
+  while (done < tokens.size()) {
+    const size_t n = std::min<size_t>(static_cast<size_t>(b.all_logits.rows()), tokens.size() - done);
+    set_step(tokens.subspan(done, n));
+    GraphSession s = executor_.begin_recorded();
+    emit(s, static_cast<int64_t>(n), false, false, true);
+    s.finish({.fuse = true, .encoding = Encoding::dataflow});
+    b.all_logits.view.read(all_logits_.data() + done * static_cast<size_t>(vocab), n * static_cast<size_t>(vocab) * 4);
+    position_ += static_cast<int64_t>(n);
+    done += n;
+  }
+  for (size_t i = 0; i < all_logits_.size(); ++i) {
+    if (!std::isfinite(all_logits_[i])) {
+      fail("model", source_name_, ": the logits of position ", position_ - static_cast<int64_t>(tokens.size()) +
+           static_cast<int64_t>(i / static_cast<size_t>(vocab)), " hold NaN or Inf (token ",
+           i % static_cast<size_t>(vocab), "); expected finite logits");
+    }
+  }
+  return all_logits_;
 }
 
 void LlamaModel::set_step(std::span<const int32_t> tokens) {

@@ -11,6 +11,7 @@
 #include "model/mlx_config_json.h"
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
+#include "onepass/model/architecture.h"
 #include "onepass/model/mlx_model.h"
 #include "onepass/ops/quant.h"
 
@@ -335,10 +336,10 @@ class MlxSource final : public ModelSource {
 
 LlamaConfig config_from_gguf(const GgufFile& f) {
   const std::string arch = f.architecture();
-  check(arch == "llama" || arch == "qwen2" || arch == "mistral", "gguf", f.source(), ": architecture '", arch,
-        "' is not supported (llama, mistral, qwen2)");
+  const Architecture* family = find_architecture(arch);
+  check(family != nullptr, "gguf", f.source(), ": architecture '", arch, "' is not supported (",
+        architecture_names(), ")");
   LlamaConfig c;
-  c.architecture = arch == "qwen2" ? "qwen2" : "llama";
   c.hidden = f.get_u32(f.arch_key("embedding_length"));
   c.ffn = f.get_u32(f.arch_key("feed_forward_length"));
   c.layers = f.get_u32(f.arch_key("block_count"));
@@ -351,7 +352,18 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   c.rope_theta = f.find_f32(f.arch_key("rope.freq_base")).value_or(10000.0f);
   c.norm_eps = f.find_f32(f.arch_key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
   c.train_context = f.find_u32(f.arch_key("context_length")).value_or(4096);
-  c.rope_neox = arch == "qwen2";
+  apply_architecture(*family, c);
+  c.architecture = arch == "mistral" ? "llama" : arch;
+  c.sliding_window = f.find_u32(f.arch_key("attention.sliding_window")).value_or(0);
+  if (c.sliding_window_period == 0) c.sliding_window = 0;  // families without local layers
+  if (auto cap = f.find_f32(f.arch_key("attn_logit_softcapping"))) c.attn_softcap = *cap;
+  if (auto cap = f.find_f32(f.arch_key("final_logit_softcapping"))) c.final_softcap = *cap;
+  if (auto base = f.find_f32(f.arch_key("rope.local.freq_base"))) c.rope_theta_local = *base;
+  // Gemma 2 and 3 scale q·k by 1/sqrt(query_pre_attn_scalar), which GGUF does not store: it
+  // is key_length except in the 27B models (46 and 62 layers), where it is hidden / heads.
+  if ((arch == "gemma2" && c.layers == 46) || (arch == "gemma3" && c.layers == 62)) {
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.hidden / std::max<int64_t>(c.heads, 1)));
+  }
   if (const auto type = f.find_string(f.arch_key("rope.scaling.type")); type && *type != "none") {
     check(*type == "linear", "gguf", f.source(), ": rope scaling '", *type, "' is not supported (linear)");
     const float factor = f.find_f32(f.arch_key("rope.scaling.factor")).value_or(1.0f);
@@ -364,6 +376,9 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   c.vocab_size = f.find_u32(f.arch_key("vocab_size")).value_or(static_cast<uint32_t>(embd.shape[0]));
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  // A family's fused tensors are what its files hold; a file with the separate ones loads too.
+  c.fused_qkv_tensor = c.fused_qkv_tensor && f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
+  c.fused_gate_up_tensor = c.fused_gate_up_tensor && f.find_tensor("blk.0.ffn_gate.weight") == nullptr;
   c.validate(f.source());
   check(key_length || c.hidden % c.heads == 0, "gguf", f.source(), ": ",
         f.arch_key("embedding_length"), " (", c.hidden, ") is not a multiple of ",
@@ -393,6 +408,9 @@ TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
   d.add_eos = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
   d.add_space_prefix = f.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
   d.chat_template = f.find_string("tokenizer.chat_template").value_or("");
+  // Files without a template (Gemma's often) get their family's turn format.
+  const Architecture* family = find_architecture(f.architecture());
+  if (d.chat_template.empty() && family != nullptr) d.chat_template = std::string(family->default_chat_template);
   return d;
 }
 

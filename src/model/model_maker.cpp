@@ -8,6 +8,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/core/thread_pool.h"
+#include "onepass/model/architecture.h"
 #include "onepass/model/tokenizer.h"
 #include "onepass/ops/quant.h"
 
@@ -75,21 +76,30 @@ std::vector<std::pair<std::string, GgufMetaValue>> model_metadata(const ModelSha
     m.emplace_back(std::move(key), std::move(value));
   };
   auto u32 = [](int64_t v) { return GgufMetaValue::u32(static_cast<uint32_t>(v)); };
-  add("general.architecture", GgufMetaValue::string("llama"));
+  const LlamaConfig c = s.config();
+  const std::string a = s.architecture;
+  add("general.architecture", GgufMetaValue::string(a));
   add("general.type", GgufMetaValue::string("model"));
   add("general.name", GgufMetaValue::string(s.name));
   add("general.file_type", GgufMetaValue::u32(llama_file_type(type)));
   add("general.quantization_version", GgufMetaValue::u32(2));
-  add("llama.block_count", u32(s.layers));
-  add("llama.context_length", u32(s.context));
-  add("llama.embedding_length", u32(s.hidden));
-  add("llama.feed_forward_length", u32(s.ffn));
-  add("llama.attention.head_count", u32(s.heads));
-  add("llama.attention.head_count_kv", u32(s.kv_heads));
-  add("llama.rope.freq_base", GgufMetaValue::f32(s.rope_theta));
-  add("llama.attention.layer_norm_rms_epsilon", GgufMetaValue::f32(s.norm_eps));
-  add("llama.rope.dimension_count", u32(s.hidden / s.heads));
-  add("llama.vocab_size", u32(s.vocab));
+  add(a + ".block_count", u32(s.layers));
+  add(a + ".context_length", u32(s.context));
+  add(a + ".embedding_length", u32(s.hidden));
+  add(a + ".feed_forward_length", u32(s.ffn));
+  add(a + ".attention.head_count", u32(s.heads));
+  add(a + ".attention.head_count_kv", u32(s.kv_heads));
+  add(a + ".rope.freq_base", GgufMetaValue::f32(s.rope_theta));
+  add(a + ".attention.layer_norm_rms_epsilon", GgufMetaValue::f32(s.norm_eps));
+  if (s.head_dim > 0) {
+    add(a + ".attention.key_length", u32(c.head_dim));
+    add(a + ".attention.value_length", u32(c.head_dim));
+  }
+  add(a + ".rope.dimension_count", u32(c.rope_dims));
+  if (c.sliding_window > 0) add(a + ".attention.sliding_window", u32(c.sliding_window));
+  if (c.attn_softcap > 0) add(a + ".attn_logit_softcapping", GgufMetaValue::f32(c.attn_softcap));
+  if (c.final_softcap > 0) add(a + ".final_logit_softcapping", GgufMetaValue::f32(c.final_softcap));
+  add(a + ".vocab_size", u32(s.vocab));
   add("tokenizer.ggml.model", GgufMetaValue::string(vocab.model));
   add("tokenizer.ggml.pre", GgufMetaValue::string(vocab.pre));
   add("tokenizer.ggml.tokens", GgufMetaValue::strings(vocab.tokens));
@@ -130,14 +140,18 @@ float weight_scale(int64_t in_features) {
 
 LlamaConfig ModelShape::config() const {
   LlamaConfig c;
-  c.architecture = "llama";
   c.vocab_size = vocab;
   c.hidden = hidden;
   c.ffn = ffn;
   c.layers = layers;
   c.heads = heads;
   c.kv_heads = kv_heads;
-  c.head_dim = heads > 0 ? hidden / heads : 0;
+  const Architecture* family = find_architecture(architecture);
+  check(family != nullptr, kWhere, "architecture '", architecture, "' is not supported (", architecture_names(), ")");
+  apply_architecture(*family, c);
+  if (architecture == "mistral") c.architecture = "llama";
+  c.sliding_window = c.sliding_window_period > 0 ? sliding_window : 0;
+  c.head_dim = head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0;
   c.rope_dims = c.head_dim;
   c.rope_theta = rope_theta;
   c.norm_eps = norm_eps;
@@ -149,8 +163,8 @@ LlamaConfig ModelShape::config() const {
 void ModelShape::validate() const {
   check(hidden > 0 && ffn > 0 && layers > 0 && heads > 0 && kv_heads > 0 && vocab > 0, kWhere,
         "hidden, ffn, layers, heads, kv-heads and vocab must all be positive (", describe(), ")");
-  check(hidden % heads == 0, kWhere, "hidden (", hidden, ") must be a multiple of heads (", heads,
-        ")");
+  check(head_dim > 0 || hidden % heads == 0, kWhere, "hidden (", hidden, ") must be a multiple of heads (", heads,
+        ") or head_dim given");
   // The configuration's bounds keep every size make-model computes within 64 bits.
   config().validate(name);
   check(context > 0 && context <= UINT32_MAX, kWhere, "context must be in 1..", UINT32_MAX,
@@ -158,7 +172,7 @@ void ModelShape::validate() const {
 }
 
 std::string ModelShape::describe() const {
-  return cat(name, ": hidden ", hidden, ", ffn ", ffn, ", layers ", layers, ", heads ", heads, "/",
+  return cat(name, " (", architecture, "): hidden ", hidden, ", ffn ", ffn, ", layers ", layers, ", heads ", heads, "/",
              kv_heads, ", vocab ", vocab, tied ? ", tied" : ", untied", ", rope theta ", rope_theta,
              ", context ", context);
 }
@@ -204,7 +218,68 @@ const std::vector<ModelShape>& model_shapes() {
                        .context = 8192,
                        .pre = "llama-bpe",
                        .default_type = DType::q4_0};
-    return std::vector<ModelShape>{smollm, llama1b, llama8b};
+    ModelShape qwen3{.name = "qwen3-0.6b",
+                     .architecture = "qwen3",
+                     .hidden = 1024,
+                     .ffn = 3072,
+                     .layers = 28,
+                     .heads = 16,
+                     .kv_heads = 8,
+                     .vocab = 151936,
+                     .tied = true,
+                     .rope_theta = 1000000.0f,
+                     .norm_eps = 1e-6f,
+                     .context = 40960,
+                     .pre = "qwen2",
+                     .default_type = DType::q4_k,
+                     .head_dim = 128};
+    ModelShape gemma3{.name = "gemma3-270m",
+                      .architecture = "gemma3",
+                      .hidden = 640,
+                      .ffn = 2048,
+                      .layers = 18,
+                      .heads = 4,
+                      .kv_heads = 1,
+                      .vocab = 262144,
+                      .tied = true,
+                      .rope_theta = 1000000.0f,
+                      .norm_eps = 1e-6f,
+                      .context = 32768,
+                      .pre = "default",
+                      .default_type = DType::q8_0,
+                      .head_dim = 256,
+                      .sliding_window = 512};
+    ModelShape gemma2{.name = "gemma2-2b",
+                      .architecture = "gemma2",
+                      .hidden = 2304,
+                      .ffn = 9216,
+                      .layers = 26,
+                      .heads = 8,
+                      .kv_heads = 4,
+                      .vocab = 256000,
+                      .tied = true,
+                      .rope_theta = 10000.0f,
+                      .norm_eps = 1e-6f,
+                      .context = 8192,
+                      .pre = "default",
+                      .default_type = DType::q4_k,
+                      .head_dim = 256,
+                      .sliding_window = 4096};
+    ModelShape phi3{.name = "phi3-mini",
+                    .architecture = "phi3",
+                    .hidden = 3072,
+                    .ffn = 8192,
+                    .layers = 32,
+                    .heads = 32,
+                    .kv_heads = 32,
+                    .vocab = 32064,
+                    .tied = false,
+                    .rope_theta = 10000.0f,
+                    .norm_eps = 1e-5f,
+                    .context = 4096,
+                    .pre = "default",
+                    .default_type = DType::q4_k};
+    return std::vector<ModelShape>{smollm, llama1b, llama8b, qwen3, gemma3, gemma2, phi3};
   }();
   return kShapes;
 }
@@ -306,23 +381,37 @@ ModelPlan plan_model(const ModelShape& shape, DType file_type, uint64_t seed) {
     plan.tensors.push_back({std::move(name), t, Shape{rows, cols},
                             static_cast<uint64_t>(rows) * dtype_bytes(t, cols), false});
   };
-  auto norm = [&](std::string name) {
-    plan.tensors.push_back(
-        {std::move(name), DType::f32, Shape{c.hidden}, static_cast<uint64_t>(c.hidden) * 4, true});
+  auto norm = [&](std::string name, int64_t size = 0) {
+    const int64_t n = size > 0 ? size : c.hidden;
+    plan.tensors.push_back({std::move(name), DType::f32, Shape{n}, static_cast<uint64_t>(n) * 4, true});
   };
   // llama.cpp's tensor order: embedding, the blocks, the final norm and the LM head.
   matrix("token_embd.weight", c.vocab_size, c.hidden, c.tied_output);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = cat("blk.", l, ".");
     norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", c.q_dim(), c.hidden, false);
-    matrix(p + "attn_k.weight", c.kv_dim(), c.hidden, false);
-    matrix(p + "attn_v.weight", c.kv_dim(), c.hidden, false);
+    if (c.fused_qkv_tensor) {
+      matrix(p + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.hidden, false);
+    } else {
+      matrix(p + "attn_q.weight", c.q_dim(), c.hidden, false);
+      matrix(p + "attn_k.weight", c.kv_dim(), c.hidden, false);
+      matrix(p + "attn_v.weight", c.kv_dim(), c.hidden, false);
+    }
+    if (c.qk_norm) {
+      norm(p + "attn_q_norm.weight", c.head_dim);
+      norm(p + "attn_k_norm.weight", c.head_dim);
+    }
     matrix(p + "attn_output.weight", c.hidden, c.q_dim(), false);
+    if (c.post_norms) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
-    matrix(p + "ffn_gate.weight", c.ffn, c.hidden, false);
-    matrix(p + "ffn_up.weight", c.ffn, c.hidden, false);
+    if (c.fused_gate_up_tensor) {
+      matrix(p + "ffn_up.weight", 2 * c.ffn, c.hidden, false);
+    } else {
+      matrix(p + "ffn_gate.weight", c.ffn, c.hidden, false);
+      matrix(p + "ffn_up.weight", c.ffn, c.hidden, false);
+    }
     matrix(p + "ffn_down.weight", c.hidden, c.ffn, false);
+    if (c.post_norms) norm(p + "post_ffw_norm.weight");
   }
   norm("output_norm.weight");
   if (!c.tied_output) matrix("output.weight", c.vocab_size, c.hidden, true);

@@ -6,6 +6,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
+#include "onepass/model/architecture.h"
 #include "onepass/ops/quant.h"
 
 namespace onepass::model {
@@ -13,8 +14,8 @@ namespace onepass::model {
 void LlamaConfig::validate(std::string_view source) const {
   const char* where = "model";
   const std::string in = source.empty() ? std::string() : cat(source, ": ");
-  check(architecture == "llama" || architecture == "qwen2" || architecture == "mistral", where, in,
-        "unsupported architecture '", architecture, "' (supported: llama, mistral, qwen2)");
+  check(find_architecture(architecture) != nullptr, where, in, "unsupported architecture '", architecture,
+        "' (supported: ", architecture_names(), ")");
   auto in_range = [&](const char* what, int64_t value, int64_t max) {
     check(value >= 1 && value <= max, where, in, what, " is ", value, ", expected 1..", max);
   };
@@ -39,12 +40,35 @@ void LlamaConfig::validate(std::string_view source) const {
   check(rope_freq_scale > 0 && std::isfinite(rope_freq_scale), where, in,
         "the rope frequency scale (1 / linear factor) must be positive and finite, got ",
         rope_freq_scale);
+  auto finite_nonnegative = [&](const char* what, float value) {
+    check(value >= 0 && std::isfinite(value), where, in, what, " must be finite and >= 0, got ", value);
+  };
+  finite_nonnegative("the attention scale", attention_scale);
+  finite_nonnegative("the attention softcap", attn_softcap);
+  finite_nonnegative("the final logit softcap", final_softcap);
+  finite_nonnegative("the local rope theta", rope_theta_local);
+  check(embedding_scale > 0 && std::isfinite(embedding_scale), where, in,
+        "the embedding scale must be positive and finite, got ", embedding_scale);
+  check(std::isfinite(norm_weight_offset), where, in, "the norm weight offset must be finite, got ",
+        norm_weight_offset);
+  check(!(qkv_bias && fused_qkv_tensor), where, in, "a Q/K/V bias with a fused attn_qkv tensor is not supported");
+  check(sliding_window >= 0 && sliding_window <= (int64_t{1} << 30), where, in,
+        "the sliding window must be in 0..2^30, got ", sliding_window);
+  check(sliding_window_period >= 0 && sliding_window_period <= kMaxLayers, where, in,
+        "the sliding-window period must be in 0..", kMaxLayers, ", got ", sliding_window_period);
+}
+
+float LlamaConfig::attention_scale_or_default() const {
+  return attention_scale > 0 ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::string LlamaConfig::describe() const {
   return cat(architecture, ": vocab ", vocab_size, ", hidden ", hidden, ", ffn ", ffn, ", layers ", layers,
              ", heads ", heads, "/", kv_heads, " (dim ", head_dim, ", rope ", rope_dims, rope_neox ? " neox" : "",
-             ", theta ", rope_theta, ")", tied_output ? ", tied output" : "", qkv_bias ? ", qkv bias" : "");
+             ", theta ", rope_theta, ")", tied_output ? ", tied output" : "", qkv_bias ? ", qkv bias" : "",
+             qk_norm ? ", qk norm" : "", post_norms ? ", post norms" : "",
+             activation == FfnActivation::gelu_tanh ? ", gelu" : "",
+             sliding_window > 0 ? cat(", window ", sliding_window, "/", sliding_window_period) : std::string());
 }
 
 HostTensor ModelSource::require(std::string_view name) const {
@@ -64,18 +88,34 @@ class RandomSource final : public ModelSource {
     for (int64_t l = 0; l < config_.layers; ++l) {
       const std::string p = cat("blk.", l, ".");
       add_norm(p + "attn_norm.weight", h);
-      add_linear(p + "attn_q.weight", type, config_.q_dim(), h);
-      add_linear(p + "attn_k.weight", type, config_.kv_dim(), h);
-      add_linear(p + "attn_v.weight", type, config_.kv_dim(), h);
+      if (config_.fused_qkv_tensor) {
+        add_linear(p + "attn_qkv.weight", type, config_.q_dim() + 2 * config_.kv_dim(), h);
+      } else {
+        add_linear(p + "attn_q.weight", type, config_.q_dim(), h);
+        add_linear(p + "attn_k.weight", type, config_.kv_dim(), h);
+        add_linear(p + "attn_v.weight", type, config_.kv_dim(), h);
+      }
+      if (config_.qk_norm) {
+        add_norm(p + "attn_q_norm.weight", config_.head_dim);
+        add_norm(p + "attn_k_norm.weight", config_.head_dim);
+      }
       add_linear(p + "attn_output.weight", type, h, config_.q_dim());
+      if (config_.post_norms) {
+        add_norm(p + "post_attention_norm.weight", h);
+        add_norm(p + "post_ffw_norm.weight", h);
+      }
       if (config_.qkv_bias) {
         add_vector(p + "attn_q.bias", config_.q_dim(), 0.1f);
         add_vector(p + "attn_k.bias", config_.kv_dim(), 0.1f);
         add_vector(p + "attn_v.bias", config_.kv_dim(), 0.1f);
       }
       add_norm(p + "ffn_norm.weight", h);
-      add_linear(p + "ffn_gate.weight", type, config_.ffn, h);
-      add_linear(p + "ffn_up.weight", type, config_.ffn, h);
+      if (config_.fused_gate_up_tensor) {
+        add_linear(p + "ffn_up.weight", type, 2 * config_.ffn, h);
+      } else {
+        add_linear(p + "ffn_gate.weight", type, config_.ffn, h);
+        add_linear(p + "ffn_up.weight", type, config_.ffn, h);
+      }
       add_linear(p + "ffn_down.weight", type, h, config_.ffn);
     }
     add_norm("output_norm.weight", h);

@@ -1,4 +1,4 @@
-// gelu / silu / silu_mul / softcap.
+// gelu / silu / silu_mul / gelu_mul / softcap.
 #include "onepass/ops/activation.h"
 
 #include <cmath>
@@ -45,8 +45,9 @@ void ops::softcap(GraphSession& s, const TensorView& x, float cap, const TensorV
   unary(s, "softcap", x, out, cap);
 }
 
-void ops::silu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out) {
-  const char* op = "silu_mul";
+namespace {
+
+void gated_mul(GraphSession& s, const char* op, const TensorView& a, const TensorView& b, const TensorView& out) {
   require_data(a, op, "a");
   require_data(b, op, "b");
   require_data(out, op, "out");
@@ -67,6 +68,16 @@ void ops::silu_mul(GraphSession& s, const TensorView& a, const TensorView& b, co
   Dispatch d = plan_dispatch(s.backend(), {op, a.dtype, a.dtype, args.rows, args.cols}, args, OpKind::activation);
   d.read(a).read(b).write(out);
   s.dispatch(std::move(d));
+}
+
+}  // namespace
+
+void ops::silu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out) {
+  gated_mul(s, "silu_mul", a, b, out);
+}
+
+void ops::gelu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out) {
+  gated_mul(s, "gelu_mul", a, b, out);
 }
 
 }  // namespace onepass

@@ -26,6 +26,9 @@ int64_t check_attention(const char* op, const TensorView& q, const TensorView& k
         ") must be a multiple of n_kv_head (", p.n_kv_head, ")");
   check(std::isfinite(p.scale) && p.scale > 0.0f, op, "scale must be finite and > 0, got ",
         p.scale);
+  check(p.window >= 0, op, "window must be >= 0 (0: none), got ", p.window);
+  check(std::isfinite(p.softcap) && p.softcap >= 0.0f, op, "softcap must be finite and >= 0 (0: none), got ",
+        p.softcap);
   require_dtype(q, DType::f32, op, "q");
   require_dtype(out, DType::f32, op, "out");
   require_float(k, op, "k");
@@ -78,6 +81,8 @@ void ops::sdpa(GraphSession& s, const TensorView& q, const TensorView& k, const 
   args.v_stride = element_stride(v, op, "v");
   args.out_stride = element_stride(out, op, "out");
   args.scale = params.scale;
+  args.window = params.window;
+  args.softcap = params.softcap;
   Dispatch d = plan_dispatch(s.backend(), {op, k.dtype, k.dtype, tokens * params.n_head, params.head_dim}, args,
                              OpKind::attention);
   d.read(q).read(k).read(v).read(positions).write(out);
@@ -128,7 +133,8 @@ void ops::flash_decode(GraphSession& s, const TensorView& q, const TensorView& k
   args.v_stride = element_stride(v, op, "v");
   args.out_stride = element_stride(out, op, "out");
   args.scale = params.scale;
-
+  args.window = params.window;
+  args.softcap = params.softcap;
   args.token_row_only = cache_writes == ops::CacheWrites::token_row_only ? 1 : 0;
   if (prefetch_l2.size() >= 16) {
     args.prefetch = prefetch_l2.data();

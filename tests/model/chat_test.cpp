@@ -9,6 +9,7 @@
 
 #include "jinja_reference.h"
 #include "onepass/core/error.h"
+#include "onepass/model/architecture.h"
 #include "onepass/model/chat.h"
 #include "onepass/model/loader.h"
 #include "onepass/model/tokenizer.h"
@@ -380,7 +381,8 @@ TEST(Chat, FamiliesAgreeWithJinja2) {
   const Family families[] = {
       {"smollm2", kSmolLm2Template}, {"qwen2", kQwen2Template},   {"qwen3", kQwen3Template},
       {"llama3", kLlama3Template},   {"llama3.1", kLlama31Template}, {"llama2", kLlama2Template},
-      {"mistral", kMistralTemplate}, {"gemma", kGemmaTemplate},   {"phi3", kPhi3Template}};
+      {"mistral", kMistralTemplate}, {"gemma", kGemmaTemplate},   {"phi3", kPhi3Template},
+      {"gemma3 default", model::find_architecture("gemma3")->default_chat_template}};
   std::vector<testing::JinjaCase> cases;
   std::vector<std::string> names;
   for (const Family& family : families) {
@@ -430,6 +432,20 @@ TEST(Chat, FamiliesAgreeWithJinja2) {
   EXPECT_GT(rendered, cases.size() / 2);
   std::printf("[ chat     ] %zu renderings compared with jinja2 (%zu rendered, %zu raised)\n",
               cases.size(), rendered, cases.size() - rendered);
+}
+
+// The template a Gemma file without one gets renders Gemma's turn format as Gemma's own
+// template does.
+TEST(Chat, GemmaDefaultTemplateRendersAsGemmasOwn) {
+  const std::string_view ours = model::find_architecture("gemma3")->default_chat_template;
+  ASSERT_FALSE(ours.empty());
+  for (const auto* conversation : {&kOneTurn, &kWithSystem, &kAlternating}) {
+    for (const bool generation : {true, false}) {
+      ChatTemplateOptions o = options();
+      o.add_generation_prompt = generation;
+      EXPECT_EQ(render_chat_template(ours, *conversation, o), render_chat_template(kGemmaTemplate, *conversation, o));
+    }
+  }
 }
 
 TEST(Chat, DefaultModelTemplateAgreesWithJinja2) {

@@ -133,7 +133,8 @@ TEST_F(CliTest, HelpOfEveryCommand) {
                                              {"profile", "--help"},
                                              {"bench", "--help"},
                                              {"inspect", "--help"},
-                                             {"make-model", "--help"}}) {
+                                             {"make-model", "--help"},
+                                             {"perplexity", "--help"}}) {
     const ToolRun r = run(args);
     EXPECT_EQ(r.status, 0) << args[0] << ": " << r.err;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << r.out;
@@ -275,6 +276,41 @@ TEST_F(CliTest, MakeModelThenGenerate) {
   EXPECT_NE(plan.out.find("file size: " + grouped + " bytes"), std::string::npos) << plan.out;
 }
 
+// perplexity over a text file; its saved logits compared with the same run (KL 0, every
+// top-1 the same) and with another weight type of the same model (KL small but not 0).
+TEST_F(CliTest, PerplexityAndKlDivergenceAgainstASavedRun) {
+  const fs::path f32 = make_tiny("f32"), q8 = make_tiny("q8_0");
+  const fs::path text = dir_ / "text.txt", saved = dir_ / "f32.logits";
+  {
+    std::ofstream out(text);
+    out << "the quick brown fox jumps over the lazy dog. a stitch in time saves nine. "
+           "all that glitters is not gold, and every cloud has a silver lining.";
+  }
+  const ToolRun base = run({"perplexity", "-m", f32.string(), "-f", text.string(), "--ctx", "16", "--backend", "cpu",
+                            "--save-logits", saved.string()});
+  ASSERT_EQ(base.status, 0) << base.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(base.out, m, std::regex(R"(perplexity: ([0-9.]+) over (\d+) positions)"))) << base.out;
+  EXPECT_GT(std::stod(m[1]), 1.0);
+  const ToolRun same = run({"perplexity", "-m", f32.string(), "-f", text.string(), "--ctx", "16", "--backend", "cpu",
+                            "--kl-base", saved.string()});
+  ASSERT_EQ(same.status, 0) << same.err;
+  EXPECT_NE(same.out.find("top-1 agreement: 100.00%"), std::string::npos) << same.out;
+  ASSERT_TRUE(std::regex_search(same.out, m, std::regex(R"(mean KL divergence \(base \|\| this\): (\S+))")));
+  EXPECT_LT(std::abs(std::stod(m[1])), 1e-12) << same.out;
+  const ToolRun other = run({"perplexity", "-m", q8.string(), "-f", text.string(), "--ctx", "16", "--backend", "cpu",
+                             "--kl-base", saved.string()});
+  ASSERT_EQ(other.status, 0) << other.err;
+  ASSERT_TRUE(std::regex_search(other.out, m, std::regex(R"(mean KL divergence \(base \|\| this\): (\S+))")));
+  EXPECT_GT(std::stod(m[1]), 0.0) << other.out;
+  EXPECT_LT(std::stod(m[1]), 0.05) << other.out;
+  // Another window length scores other positions: refused, naming what differs.
+  const ToolRun mismatch = run({"perplexity", "-m", f32.string(), "-f", text.string(), "--ctx", "8", "--backend",
+                                "cpu", "--kl-base", saved.string()});
+  expect_one_error_line(mismatch, "perplexity --kl-base of another --ctx");
+  EXPECT_NE(mismatch.err.find("positions"), std::string::npos) << mismatch.err;
+}
+
 TEST_F(CliTest, BenchJson) {
   const fs::path tiny = make_tiny();
   const ToolRun r = run({"bench", "-m", tiny.string(), "--backend", "cpu", "--prefill", "16",
@@ -342,7 +378,7 @@ TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
   usage_error({"frobnicate"}, "[onepass] unknown command 'frobnicate' (commands: generate, chat, bench, ");
   usage_error({"generat", "-p", "x"}, "[onepass] unknown command 'generat'; did you mean 'generate'?");
   usage_error({"inspcet"}, "did you mean 'inspect'?");
-  usage_error({}, "[onepass] a command is required (generate, chat, bench, profile, inspect, make-model, serve)");
+  usage_error({}, "[onepass] a command is required (generate, chat, bench, profile, inspect, make-model, serve, perplexity)");
   usage_error({"chta"}, "did you mean 'chat'?");
   usage_error({"generate", "--frobnicate"}, "[generate] ");
   usage_error({"generate", "-n"}, "[generate] ");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "onepass/core/error.h"
+#include "onepass/model/architecture.h"
 #include "onepass/model/llama.h"
 #include "onepass/model/sampler.h"
 #include "onepass/ops/quant.h"
@@ -24,7 +25,12 @@ Matrix weights(const ModelSource& src, const std::string& name, int64_t* rows = 
   dequantize(t.dtype, t.data, t.shape.numel(), f.data());
   if (rows) *rows = t.shape.rows();
   if (cols) *cols = t.shape.cols();
-  return Matrix(f.begin(), f.end());
+  Matrix m(f.begin(), f.end());
+  // Norm weights stored as w - offset (Gemma's HF convention).
+  if (name.find("norm.weight") != std::string::npos) {
+    for (double& e : m) e += src.config().norm_weight_offset;
+  }
+  return m;
 }
 
 std::vector<double> matvec(const Matrix& w, int64_t rows, int64_t cols, const std::vector<double>& x) {
@@ -46,13 +52,26 @@ std::vector<double> rms_norm(const std::vector<double>& x, const Matrix& w, doub
   return y;
 }
 
-void rope(std::vector<double>& v, int64_t heads, const LlamaConfig& c, int64_t pos) {
+// Per-head RMS norm of `heads` consecutive head_dim slices.
+void head_norm(std::vector<double>& v, int64_t heads, int64_t hd, const Matrix& w, double eps) {
+  for (int64_t h = 0; h < heads; ++h) {
+    const std::vector<double> part(v.begin() + h * hd, v.begin() + (h + 1) * hd);
+    const std::vector<double> normed = rms_norm(part, w, eps);
+    std::copy(normed.begin(), normed.end(), v.begin() + h * hd);
+  }
+}
+
+double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+void rope(std::vector<double>& v, int64_t heads, const LlamaConfig& c, int64_t pos, double theta) {
   const int64_t hd = c.head_dim;
   const int64_t half = c.rope_dims / 2;
   for (int64_t h = 0; h < heads; ++h) {
     double* x = v.data() + h * hd;
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(pos) * std::pow(static_cast<double>(c.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
+      const double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
       const int64_t a = c.rope_neox ? i : 2 * i;
       const int64_t b = c.rope_neox ? i + half : 2 * i + 1;
       const double x0 = x[a], x1 = x[b];
@@ -72,21 +91,52 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
   std::vector<std::vector<double>> x(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
     x[static_cast<size_t>(t)].assign(embd.begin() + tokens[static_cast<size_t>(t)] * h, embd.begin() + (tokens[static_cast<size_t>(t)] + 1) * h);
+    // Gemma: sqrt(hidden), computed here rather than taken from the config.
+    const bool gemma = c.architecture.starts_with("gemma");
+    if (gemma) {
+      for (double& e : x[static_cast<size_t>(t)]) e *= std::sqrt(static_cast<double>(h));
+    }
   }
   const int64_t hd = c.head_dim;
   const int64_t group = c.heads / c.kv_heads;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = cat("blk.", l, ".");
-    int64_t qr, kr, fr;
-    const Matrix wq = weights(src, p + "attn_q.weight", &qr), wk = weights(src, p + "attn_k.weight", &kr),
-                 wv = weights(src, p + "attn_v.weight"), wo = weights(src, p + "attn_output.weight"),
-                 wg = weights(src, p + "ffn_gate.weight", &fr), wu = weights(src, p + "ffn_up.weight"),
-                 wd = weights(src, p + "ffn_down.weight"), n1 = weights(src, p + "attn_norm.weight"),
-                 n2 = weights(src, p + "ffn_norm.weight");
+    const bool local = c.sliding_window > 0 &&
+                       (c.sliding_window_period == 0 || l % c.sliding_window_period != c.sliding_window_period - 1);
+    const double theta = local && c.rope_theta_local > 0 ? c.rope_theta_local : c.rope_theta;
+    const int64_t qd = c.q_dim(), kd = c.kv_dim(), fr = c.ffn;
+    // Separate or fused (Phi-3) projections, as rows of one matrix each.
+    Matrix wq, wk, wv, wg, wu;
+    if (src.find(p + "attn_qkv.weight")) {
+      const Matrix qkv = weights(src, p + "attn_qkv.weight");
+      wq.assign(qkv.begin(), qkv.begin() + qd * h);
+      wk.assign(qkv.begin() + qd * h, qkv.begin() + (qd + kd) * h);
+      wv.assign(qkv.begin() + (qd + kd) * h, qkv.end());
+    } else {
+      wq = weights(src, p + "attn_q.weight");
+      wk = weights(src, p + "attn_k.weight");
+      wv = weights(src, p + "attn_v.weight");
+    }
+    if (src.find(p + "ffn_gate.weight")) {
+      wg = weights(src, p + "ffn_gate.weight");
+      wu = weights(src, p + "ffn_up.weight");
+    } else {
+      const Matrix gate_up = weights(src, p + "ffn_up.weight");
+      wg.assign(gate_up.begin(), gate_up.begin() + fr * h);
+      wu.assign(gate_up.begin() + fr * h, gate_up.end());
+    }
+    const Matrix wo = weights(src, p + "attn_output.weight"), wd = weights(src, p + "ffn_down.weight"),
+                 n1 = weights(src, p + "attn_norm.weight"), n2 = weights(src, p + "ffn_norm.weight");
+    const bool qk_norm = src.find(p + "attn_q_norm.weight").has_value();
+    const bool post_norms = src.find(p + "post_attention_norm.weight").has_value();
+    const Matrix qn = qk_norm ? weights(src, p + "attn_q_norm.weight") : Matrix{};
+    const Matrix kn = qk_norm ? weights(src, p + "attn_k_norm.weight") : Matrix{};
+    const Matrix pn1 = post_norms ? weights(src, p + "post_attention_norm.weight") : Matrix{};
+    const Matrix pn2 = post_norms ? weights(src, p + "post_ffw_norm.weight") : Matrix{};
     std::vector<std::vector<double>> qs, ks, vs;
     for (int64_t t = 0; t < n; ++t) {
       const auto xn = rms_norm(x[static_cast<size_t>(t)], n1, c.norm_eps);
-      auto q = matvec(wq, qr, h, xn), k = matvec(wk, kr, h, xn), v = matvec(wv, kr, h, xn);
+      auto q = matvec(wq, qd, h, xn), k = matvec(wk, kd, h, xn), v = matvec(wv, kd, h, xn);
       if (c.qkv_bias) {
         const Matrix bq = weights(src, p + "attn_q.bias"), bk = weights(src, p + "attn_k.bias"), bv = weights(src, p + "attn_v.bias");
         for (size_t i = 0; i < q.size(); ++i) q[i] += bq[i];
@@ -95,8 +145,12 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
           v[i] += bv[i];
         }
       }
-      rope(q, c.heads, c, t);
-      rope(k, c.kv_heads, c, t);
+      if (qk_norm) {
+        head_norm(q, c.heads, hd, qn, c.norm_eps);
+        head_norm(k, c.kv_heads, hd, kn, c.norm_eps);
+      }
+      rope(q, c.heads, c, t, theta);
+      rope(k, c.kv_heads, c, t, theta);
       // The model keeps K and V in a cache of kv_type.
       for (double& e : k) e = testing::round_to(kv_type, static_cast<float>(e));
       for (double& e : v) e = testing::round_to(kv_type, static_cast<float>(e));
@@ -104,39 +158,54 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
       ks.push_back(k);
       vs.push_back(v);
     }
+    const double scale = c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(hd));
     for (int64_t t = 0; t < n; ++t) {
       std::vector<double> attn(static_cast<size_t>(c.q_dim()), 0.0);
+      const int64_t first = local ? std::max<int64_t>(0, t - c.sliding_window + 1) : 0;
       for (int64_t hh = 0; hh < c.heads; ++hh) {
         const int64_t kvh = hh / group;
-        std::vector<double> scores(static_cast<size_t>(t + 1));
+        std::vector<double> scores(static_cast<size_t>(t + 1), 0.0);
         double mx = -1e300;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first; j <= t; ++j) {
           double s = 0;
           for (int64_t d = 0; d < hd; ++d) s += qs[t][hh * hd + d] * ks[j][kvh * hd + d];
-          scores[j] = s / std::sqrt(static_cast<double>(hd));
+          s *= scale;
+          if (c.attn_softcap > 0) s = c.attn_softcap * std::tanh(s / c.attn_softcap);
+          scores[j] = s;
           mx = std::max(mx, scores[j]);
         }
         double sum = 0;
-        for (double& s : scores) sum += (s = std::exp(s - mx));
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first; j <= t; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+        for (int64_t j = first; j <= t; ++j) {
           for (int64_t d = 0; d < hd; ++d) attn[hh * hd + d] += scores[j] / sum * vs[j][kvh * hd + d];
         }
       }
-      const auto o = matvec(wo, h, c.q_dim(), attn);
+      auto o = matvec(wo, h, c.q_dim(), attn);
+      if (post_norms) o = rms_norm(o, pn1, c.norm_eps);
       auto& xt = x[static_cast<size_t>(t)];
       for (int64_t i = 0; i < h; ++i) xt[i] += o[i];
       const auto hn = rms_norm(xt, n2, c.norm_eps);
       const auto g = matvec(wg, fr, h, hn), u = matvec(wu, fr, h, hn);
       std::vector<double> a(g.size());
-      for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const auto d = matvec(wd, h, fr, a);
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double act = c.activation == FfnActivation::gelu_tanh ? gelu_tanh(g[i]) : g[i] / (1.0 + std::exp(-g[i]));
+        a[i] = act * u[i];
+      }
+      auto d = matvec(wd, h, fr, a);
+      if (post_norms) d = rms_norm(d, pn2, c.norm_eps);
       for (int64_t i = 0; i < h; ++i) xt[i] += d[i];
     }
   }
   const Matrix out_norm = weights(src, "output_norm.weight");
   const Matrix head = src.find("output.weight") ? weights(src, "output.weight") : embd;
   std::vector<std::vector<double>> logits;
-  for (int64_t t = 0; t < n; ++t) logits.push_back(matvec(head, c.vocab_size, h, rms_norm(x[static_cast<size_t>(t)], out_norm, c.norm_eps)));
+  for (int64_t t = 0; t < n; ++t) {
+    auto row = matvec(head, c.vocab_size, h, rms_norm(x[static_cast<size_t>(t)], out_norm, c.norm_eps));
+    if (c.final_softcap > 0) {
+      for (double& e : row) e = c.final_softcap * std::tanh(e / c.final_softcap);
+    }
+    logits.push_back(std::move(row));
+  }
   return logits;
 }
 
@@ -158,6 +227,28 @@ LlamaConfig tiny(bool neox = false, bool bias = false, int64_t kv_heads = 2, boo
   c.norm_eps = 1e-5f;
   c.tied_output = tied;
   c.qkv_bias = bias;
+  return c;
+}
+
+// A small model of another family: its table entry, with windows and softcaps small enough
+// to matter over a few tokens.
+LlamaConfig family(const char* name) {
+  LlamaConfig c = tiny();
+  apply_architecture(*find_architecture(name), c);
+  if (c.sliding_window_period > 0) {
+    c.layers = 3;
+    c.sliding_window = 3;
+    c.sliding_window_period = 2;  // layers 0 and 2 local, layer 1 global
+  }
+  if (c.rope_theta_local > 0) c.rope_theta = 1e6f;
+  if (c.attn_softcap > 0) c.attn_softcap = 0.8f;   // random scores reach ~1-2
+  if (c.final_softcap > 0) c.final_softcap = 1.5f;
+  return c;
+}
+
+LlamaConfig with_norm_offset(LlamaConfig c) {
+  c.norm_weight_offset = 1.0f;
+  c.attention_scale = 0.2f;
   return c;
 }
 
@@ -221,6 +312,16 @@ TEST_P(LlamaVsReference, PrefillAndDecodeMatchFloat64) {
   for (size_t t = 0; t < tokens.size(); ++t) {
     expect_logits_near(model.decode(tokens[t]), want[t], v.rtol, cat("decode step ", t));
   }
+  // Every position's logits at once (chunks of max_batch), after one prefilled token.
+  model.reset();
+  model.prefill(std::span(tokens).first(1));
+  const auto all = model.evaluate(std::span(tokens).subspan(1));
+  const auto vocab = static_cast<size_t>(v.config.vocab_size);
+  ASSERT_EQ(all.size(), (tokens.size() - 1) * vocab);
+  for (size_t t = 1; t < tokens.size(); ++t) {
+    expect_logits_near(all.subspan((t - 1) * vocab, vocab), want[t], v.rtol, cat("evaluate position ", t));
+  }
+  EXPECT_EQ(model.position(), 9);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -234,7 +335,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"mha_tied", tiny(false, false, 4, true), DType::f32, DType::f32, 1e-5},
                       Variant{"gqa4_f16", tiny(false, false, 1), DType::f16, DType::f32, 1e-5},
                       Variant{"q8_0", tiny(), DType::q8_0, DType::f32, 1e-5},
-                      Variant{"q4_k", wide(), DType::q4_k, DType::f32, 1e-5}),
+                      Variant{"q4_k", wide(), DType::q4_k, DType::f32, 1e-5},
+                      Variant{"qwen3_qk_norm", family("qwen3"), DType::f32, DType::f32, 1e-5},
+                      Variant{"gemma3_local_global", family("gemma3"), DType::f32, DType::f32, 1e-5},
+                      Variant{"gemma3_q8_0_f16_cache", family("gemma3"), DType::q8_0, DType::f16, 2e-4},
+                      Variant{"gemma2_softcaps", family("gemma2"), DType::f32, DType::f32, 1e-5},
+                      Variant{"gemma2_norm_offset_scale", with_norm_offset(family("gemma2")), DType::f32, DType::f32, 1e-5},
+                      Variant{"phi3_fused_tensors", family("phi3"), DType::f32, DType::f32, 1e-5}),
     [](const auto& p) { return std::string(p.param.name); });
 
 TEST(Llama, ReplayedDecodeEqualsReencodedDecodeBitForBit) {
@@ -521,6 +628,34 @@ TEST(Llama, GpuLogitsMatchCpuLogits) {
       const auto la = a.decode(tokens[static_cast<size_t>(i)]);
       want.assign(la.begin(), la.end());
       compare(b.decode(tokens[static_cast<size_t>(i)]), want, cat("decode ", i));
+    }
+  }
+}
+
+// Every family's features on the GPU (QK norm, post-norms, GELU, sliding windows with their
+// own RoPE base, softcaps, fused tensors) against the CPU, which the float64 reference
+// checks: dense f16 weights, prefill past the window and decode steps after it.
+TEST(Llama, GpuFamiliesMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  for (const char* name : {"qwen3", "gemma3", "gemma2", "phi3"}) {
+    SCOPED_TRACE(name);
+    LlamaConfig c = family(name);
+    c.hidden = 256;
+    c.ffn = 512;
+    c.head_dim = 64;
+    c.rope_dims = 64;
+    auto src = make_random_source(c, DType::f16, seed);
+    LlamaModel a(testing::cpu_backend(), *src, LoadOptions{.context = 64});
+    LlamaModel b(make_cuda_backend(0, testing::test_options()), *src, LoadOptions{.context = 64});
+    const auto tokens = some_tokens(12, seed, 97);
+    const auto pa = a.prefill(tokens);
+    const std::vector<double> want(pa.begin(), pa.end());
+    expect_logits_near(b.prefill(tokens), want, 1e-3, "prefill");
+    for (int i = 0; i < 5; ++i) {
+      const auto la = a.decode(tokens[static_cast<size_t>(i)]);
+      const std::vector<double> step(la.begin(), la.end());
+      expect_logits_near(b.decode(tokens[static_cast<size_t>(i)]), step, 1e-3, cat("decode ", i));
     }
   }
 }

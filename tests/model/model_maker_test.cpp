@@ -391,3 +391,71 @@ TEST_F(ModelMakerTest, GgufPyReadsMadeModels) {
 
 }  // namespace
 }  // namespace onepass::model
+
+namespace onepass::model {
+namespace {
+
+// Each family's named shape plans its family's tensors (llama.cpp's names) and metadata; a
+// small shape of each family is written, read back to the configuration it was made from,
+// and runs.
+TEST_F(ModelMakerTest, FamilyShapesRoundTrip) {
+  struct Expect {
+    const char* shape;
+    const char* tensor;  // one tensor only that family has
+    const char* absent;  // one tensor that family does not have
+  };
+  for (const Expect& e : {Expect{"qwen3-0.6b", "blk.27.attn_k_norm.weight", "blk.0.post_ffw_norm.weight"},
+                          Expect{"gemma3-270m", "blk.17.post_ffw_norm.weight", "output.weight"},
+                          Expect{"gemma2-2b", "blk.25.post_attention_norm.weight", "blk.0.attn_q_norm.weight"},
+                          Expect{"phi3-mini", "blk.31.attn_qkv.weight", "blk.0.ffn_gate.weight"}}) {
+    SCOPED_TRACE(e.shape);
+    const std::optional<ModelShape> named = find_model_shape(e.shape);
+    ASSERT_TRUE(named.has_value());
+    const ModelPlan plan = plan_model(*named, named->default_type);
+    EXPECT_NE(plan.find(e.tensor), nullptr);
+    EXPECT_EQ(plan.find(e.absent), nullptr);
+    bool has_arch = false;
+    for (const auto& [key, value] : plan.metadata) has_arch = has_arch || key == named->architecture + ".block_count";
+    EXPECT_TRUE(has_arch);
+
+    // The same family at a size that runs in a test.
+    ModelShape small = *named;
+    small.name = "small";
+    small.hidden = 64;
+    small.ffn = 128;
+    small.layers = 3;
+    small.heads = 4;
+    small.kv_heads = named->kv_heads == named->heads ? 4 : 2;
+    small.head_dim = named->head_dim > 0 ? 32 : 0;
+    small.vocab = 512;
+    small.context = 128;
+    if (small.sliding_window > 0) small.sliding_window = 4;
+    const fs::path file = path(cat(e.shape, ".gguf"));
+    make_model(small, DType::q8_0, file, {.seed = 5});
+    const std::unique_ptr<ModelSource> source = open_model(file);
+    const LlamaConfig want = small.config();
+    const LlamaConfig& got = source->config();
+    EXPECT_EQ(got.architecture, want.architecture);
+    EXPECT_EQ(got.head_dim, want.head_dim);
+    EXPECT_EQ(got.qk_norm, want.qk_norm);
+    EXPECT_EQ(got.post_norms, want.post_norms);
+    EXPECT_EQ(got.activation, want.activation);
+    EXPECT_EQ(got.sliding_window, want.sliding_window);
+    EXPECT_EQ(got.sliding_window_period, want.sliding_window_period);
+    EXPECT_FLOAT_EQ(got.attn_softcap, want.attn_softcap);
+    EXPECT_FLOAT_EQ(got.final_softcap, want.final_softcap);
+    EXPECT_FLOAT_EQ(got.embedding_scale, want.embedding_scale);
+    EXPECT_EQ(got.fused_qkv_tensor, want.fused_qkv_tensor);
+    EXPECT_EQ(got.fused_gate_up_tensor, want.fused_gate_up_tensor);
+    const Tokenizer tokenizer(*source->tokenizer_data());
+    LlamaModel model(testing::cpu_backend(), *source, LoadOptions{.context = 32});
+    const std::vector<int32_t> ids = tokenizer.encode("a few words of text");
+    for (const float v : model.prefill(ids)) ASSERT_TRUE(std::isfinite(v));
+    const int32_t next = model.decode_greedy(ids.back());
+    EXPECT_GE(next, 0);
+    EXPECT_LT(next, 512);
+  }
+}
+
+}  // namespace
+}  // namespace onepass::model

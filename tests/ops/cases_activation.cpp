@@ -1,4 +1,4 @@
-// Op cases: gelu (tanh form), silu, silu_mul, softcap.
+// Op cases: gelu (tanh form), silu, silu_mul, gelu_mul, softcap.
 #include <cmath>
 #include <numbers>
 
@@ -47,14 +47,18 @@ void run_unary(OpContext& c, Unary op, DType t, int64_t rows, int64_t cols, int6
   c.expect_near(out, ref, activation_tolerance(t));
 }
 
-void run_silu_mul(OpContext& c, DType t, int64_t rows, int64_t cols, int64_t pad) {
+void run_gated_mul(OpContext& c, bool gelu, DType t, int64_t rows, int64_t cols, int64_t pad) {
   TensorView a = c.random_input_strided(t, {rows, cols}, pad, -8.0f, 8.0f);
   TensorView b = c.random_input(t, {rows, cols}, -2.0f, 2.0f);
   TensorView out = c.output(t, {rows, cols});
-  ops::silu_mul(c.session(), a, b, out);
+  if (gelu) {
+    ops::gelu_mul(c.session(), a, b, out);
+  } else {
+    ops::silu_mul(c.session(), a, b, out);
+  }
   c.run();
   std::vector<double> ref(c.host(a).size());
-  for (size_t i = 0; i < ref.size(); ++i) ref[i] = silu_ref(c.host(a)[i]) * c.host(b)[i];
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = (gelu ? gelu_ref(c.host(a)[i]) : silu_ref(c.host(a)[i])) * c.host(b)[i];
   // One more f32 multiply than silu: the same tolerance holds.
   c.expect_near(out, ref, activation_tolerance(t));
 }
@@ -71,16 +75,20 @@ ONEPASS_OP_CASES(activation) {
         cases.push_back({cat(name, "/", dtype_name(t), "/", shape),
                          [=](OpContext& c) { run_unary(c, op, t, rows, cols, 0); }});
       }
-      cases.push_back({cat("silu_mul/", dtype_name(t), "/", shape),
-                       [=](OpContext& c) { run_silu_mul(c, t, rows, cols, 0); }});
+      for (const bool gelu : {false, true}) {
+        cases.push_back({cat(gelu ? "gelu_mul/" : "silu_mul/", dtype_name(t), "/", shape),
+                         [=](OpContext& c) { run_gated_mul(c, gelu, t, rows, cols, 0); }});
+      }
     }
     // Strided input rows (padding between rows), as a slice of a wider tensor would be.
     for (auto [name, op] : unaries) {
       cases.push_back({cat(name, "/", dtype_name(t), "/strided_9x77"),
                        [=](OpContext& c) { run_unary(c, op, t, 9, 77, 11); }});
     }
-    cases.push_back({cat("silu_mul/", dtype_name(t), "/strided_9x77"),
-                     [=](OpContext& c) { run_silu_mul(c, t, 9, 77, 11); }});
+    for (const bool gelu : {false, true}) {
+      cases.push_back({cat(gelu ? "gelu_mul/" : "silu_mul/", dtype_name(t), "/strided_9x77"),
+                       [=](OpContext& c) { run_gated_mul(c, gelu, t, 9, 77, 11); }});
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "onepass/ops/ops.h"
 #include "onepass/exec/captured_graph.h"
@@ -21,8 +22,11 @@ struct HeadConfig {
 constexpr HeadConfig kHeadConfigs[] = {{4, 4, "4h4kv"}, {6, 2, "6h2kv"}, {8, 1, "8h1kv"}};
 constexpr int32_t kHeadDims[] = {64, 128, 80};
 
-ops::AttentionParams attention_params(const HeadConfig& h, int32_t head_dim) {
+ops::AttentionParams attention_params(const HeadConfig& h, int32_t head_dim, int32_t window = 0,
+                                      float softcap = 0.0f) {
   ops::AttentionParams p;
+  p.window = window;
+  p.softcap = softcap;
   p.n_head = h.n_head;
   p.n_kv_head = h.n_kv_head;
   p.head_dim = head_dim;
@@ -30,43 +34,46 @@ ops::AttentionParams attention_params(const HeadConfig& h, int32_t head_dim) {
   return p;
 }
 
-// A cache [n_kv_head, ctx, head_dim] whose positions from `valid` on hold NaN: no
-// kernel may let a key or value it should not see into the result.
+// A cache [n_kv_head, ctx, head_dim] whose positions from `valid` on (and below
+// `first_valid`) hold NaN: no kernel may let a key or value it should not see into the result.
 TensorView make_cache(OpContext& c, DType t, int64_t n_kv_head, int64_t ctx, int64_t head_dim,
-                      int64_t valid) {
+                      int64_t valid, int64_t first_valid = 0) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> values(static_cast<size_t>(n_kv_head * ctx * head_dim));
   for (int64_t h = 0; h < n_kv_head; ++h) {
     for (int64_t p = 0; p < ctx; ++p) {
       for (int64_t d = 0; d < head_dim; ++d) {
         values[static_cast<size_t>((h * ctx + p) * head_dim + d)] =
-            p < valid ? dist(c.rng()) : std::numeric_limits<float>::quiet_NaN();
+            p < valid && p >= first_valid ? dist(c.rng()) : std::numeric_limits<float>::quiet_NaN();
       }
     }
   }
   return c.input_from(t, {n_kv_head, ctx, head_dim}, values);
 }
 
-// out for one query row q (head_dim values) of head `head` over keys [0, count).
+// out for one query row q (head_dim values) of head `head` over keys [first, count);
+// scores capped by softcap * tanh(s / softcap) when softcap > 0.
 void attend_reference(const double* q, const std::vector<double>& k, const std::vector<double>& v,
-                      int64_t ctx, int64_t head_dim, int64_t kv_head, int64_t count, double scale,
-                      double* out) {
+                      int64_t ctx, int64_t head_dim, int64_t kv_head, int64_t first, int64_t count,
+                      double scale, double softcap, double* out) {
   std::fill(out, out + head_dim, 0.0);
-  if (count <= 0) return;
-  std::vector<double> s(static_cast<size_t>(count));
+  if (count <= first) return;
+  std::vector<double> s(static_cast<size_t>(count - first));
   double max = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < count; ++j) {
+  for (int64_t j = first; j < count; ++j) {
     const double* key = &k[static_cast<size_t>((kv_head * ctx + j) * head_dim)];
     double dot = 0;
     for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * key[d];
-    s[static_cast<size_t>(j)] = dot * scale;
-    max = std::max(max, dot * scale);
+    double score = dot * scale;
+    if (softcap > 0) score = softcap * std::tanh(score / softcap);
+    s[static_cast<size_t>(j - first)] = score;
+    max = std::max(max, score);
   }
   double sum = 0;
   for (double& x : s) sum += (x = std::exp(x - max));
-  for (int64_t j = 0; j < count; ++j) {
+  for (int64_t j = first; j < count; ++j) {
     const double* value = &v[static_cast<size_t>((kv_head * ctx + j) * head_dim)];
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += s[static_cast<size_t>(j)] / sum * value[d];
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += s[static_cast<size_t>(j - first)] / sum * value[d];
   }
 }
 
@@ -88,10 +95,12 @@ struct SdpaCase {
   int64_t ctx;
   std::vector<int32_t> positions;
   DType cache_type;
+  int32_t window = 0;
+  float softcap = 0.0f;
 };
 
 void run_sdpa(OpContext& c, const SdpaCase& sc) {
-  const ops::AttentionParams p = attention_params(sc.heads, sc.head_dim);
+  const ops::AttentionParams p = attention_params(sc.heads, sc.head_dim, sc.window, sc.softcap);
   const int64_t hd = sc.head_dim;
   const int32_t max_pos = *std::max_element(sc.positions.begin(), sc.positions.end());
   const int64_t valid = std::min<int64_t>(sc.ctx, max_pos + 1);
@@ -107,10 +116,11 @@ void run_sdpa(OpContext& c, const SdpaCase& sc) {
   for (int64_t t = 0; t < sc.tokens; ++t) {
     const int64_t pos = sc.positions[static_cast<size_t>(t)];
     const int64_t count = pos < 0 ? 0 : std::min(pos, sc.ctx - 1) + 1;
+    const int64_t first = sc.window > 0 && pos >= 0 ? std::max<int64_t>(0, pos - sc.window + 1) : 0;
     for (int64_t h = 0; h < p.n_head; ++h) {
       const size_t row = static_cast<size_t>((t * p.n_head + h) * hd);
-      attend_reference(&c.host(q)[row], c.host(k), c.host(v), sc.ctx, hd, h / group, count, p.scale,
-                       &ref[row]);
+      attend_reference(&c.host(q)[row], c.host(k), c.host(v), sc.ctx, hd, h / group, first, count, p.scale,
+                       p.softcap, &ref[row]);
     }
   }
   c.expect_near(out, ref, attention_tolerance());
@@ -122,22 +132,26 @@ std::vector<double> flash_reference(const std::vector<double>& q, const std::vec
                                     int64_t ctx, int64_t length) {
   const int64_t hd = p.head_dim;
   const int64_t count = std::clamp<int64_t>(length, 0, ctx);
+  const int64_t first = p.window > 0 ? std::max<int64_t>(0, count - p.window) : 0;
   std::vector<double> ref(static_cast<size_t>(p.n_head * hd));
   for (int64_t h = 0; h < p.n_head; ++h) {
     attend_reference(&q[static_cast<size_t>(h * hd)], k, v, ctx, hd, h / (p.n_head / p.n_kv_head),
-                     count, p.scale, &ref[static_cast<size_t>(h * hd)]);
+                     first, count, p.scale, p.softcap, &ref[static_cast<size_t>(h * hd)]);
   }
   return ref;
 }
 
 void run_flash_decode(OpContext& c, const HeadConfig& heads, int32_t head_dim, int64_t ctx,
                       int32_t kv_length, DType cache_type, size_t prefetch_bytes = 0,
-                      ops::CacheWrites history = ops::CacheWrites::any_row) {
-  const ops::AttentionParams p = attention_params(heads, head_dim);
+                      ops::CacheWrites history = ops::CacheWrites::any_row, int32_t window = 0,
+                      float softcap = 0.0f) {
+  const ops::AttentionParams p = attention_params(heads, head_dim, window, softcap);
   const int64_t valid = std::clamp<int64_t>(kv_length, 0, ctx);
+  // Keys before the window hold NaN: a kernel that reads them fails.
+  const int64_t first_valid = window > 0 ? std::max<int64_t>(0, valid - window) : 0;
   TensorView q = c.random_input(DType::f32, {p.n_head, head_dim}, -3.0f, 3.0f);
-  TensorView k = make_cache(c, cache_type, p.n_kv_head, ctx, head_dim, valid);
-  TensorView v = make_cache(c, cache_type, p.n_kv_head, ctx, head_dim, valid);
+  TensorView k = make_cache(c, cache_type, p.n_kv_head, ctx, head_dim, valid, first_valid);
+  TensorView v = make_cache(c, cache_type, p.n_kv_head, ctx, head_dim, valid, first_valid);
   TensorView length = c.input_i32({1}, {kv_length});
   TensorView out = c.output(DType::f32, {p.n_head, head_dim});
   // Poisoned scratch: empty partials must never be read.
@@ -259,6 +273,43 @@ ONEPASS_OP_CASES(attention) {
   cases.push_back({"flash_decode/f32/4h4kv_hd80/kv_past_ctx", [](OpContext& c) {
     run_flash_decode(c, kHeadConfigs[0], 80, 600, 100000, DType::f32);  // clamps to ctx
   }});
+  // Sliding windows (Gemma's local layers) and score softcaps (Gemma 2): a window shorter
+  // than the valid keys, one longer, one of a single key; a window over several chunks
+  // with the history read early; softcaps that bite (|scores| up to ~8 against a cap of 2).
+  for (auto [kv_length, ctx, window] : {std::tuple{300, 513, 64}, std::tuple{40, 513, 64}, std::tuple{200, 300, 1},
+                                        std::tuple{4097, 4100, 512}}) {
+    for (DType cache_type : {DType::f16, DType::f32}) {
+      cases.push_back({cat("flash_decode/", dtype_name(cache_type), "/6h2kv_hd64/kv", kv_length, "_ctx", ctx,
+                           "_window", window),
+                       [=](OpContext& c) {
+                         run_flash_decode(c, kHeadConfigs[1], 64, ctx, kv_length, cache_type,
+                                          0, ops::CacheWrites::token_row_only, window);
+                       }});
+    }
+  }
+  cases.push_back({"flash_decode/f16/8h1kv_hd128/kv700_ctx1024_window256_softcap2", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[2], 128, 1024, 700, DType::f16, 0, ops::CacheWrites::any_row, 256, 2.0f);
+  }});
+  cases.push_back({"flash_decode/f32/4h4kv_hd64/kv300_ctx300_softcap2", [](OpContext& c) {
+    run_flash_decode(c, kHeadConfigs[0], 64, 300, 300, DType::f32, 0, ops::CacheWrites::any_row, 0, 2.0f);
+  }});
+  for (DType cache_type : {DType::f16, DType::f32}) {
+    for (int32_t window : {1, 7, 64}) {
+      for (float softcap : {0.0f, 2.0f}) {
+        std::vector<int32_t> positions(70);
+        for (int32_t t = 0; t < 70; ++t) positions[static_cast<size_t>(t)] = 30 + t;
+        const SdpaCase sc{kHeadConfigs[1], 64, 70, 103, positions, cache_type, window, softcap};
+        cases.push_back({cat("sdpa/", dtype_name(cache_type), "/6h2kv_hd64/T70_p30_window", window,
+                             softcap > 0 ? "_softcap2" : ""),
+                         [=](OpContext& c) { run_sdpa(c, sc); }});
+      }
+    }
+  }
+  cases.push_back({"sdpa/f16/8h1kv_hd128/T70_p0_window16", [](OpContext& c) {
+    std::vector<int32_t> positions(70);
+    for (int32_t t = 0; t < 70; ++t) positions[static_cast<size_t>(t)] = t;
+    run_sdpa(c, {kHeadConfigs[2], 128, 70, 75, positions, DType::f16, 16});
+  }});
 }
 
 // A recorded flash_decode graph reads kv_length at run time: replaying it after the
@@ -311,6 +362,8 @@ TEST(AttentionValidation, RejectsBadArguments) {
     size_t scratch_less = 0;
     int32_t head_dim = 64;
     size_t prefetch_offset = 0;  // into a 4 KB buffer given as prefetch_l2 when nonzero
+    int32_t window = 0;
+    float softcap = 0.0f;
   };
   auto flash = [](Setup u) {
     return [=](GraphSession& s, Backend& b) {
@@ -319,6 +372,8 @@ TEST(AttentionValidation, RejectsBadArguments) {
       p.n_kv_head = u.n_kv_head;
       p.head_dim = u.head_dim;
       p.scale = u.scale;
+      p.window = u.window;
+      p.softcap = u.softcap;
       const size_t scratch = ops::flash_decode_scratch_bytes(6, 300, 64) - u.scratch_less;
       ops::flash_decode(s, b.alloc_tensor(u.q_type, {6, 64}), b.alloc_tensor(DType::f16, {2, 300, 64}),
                      b.alloc_tensor(u.v_type, {2, 300, 64}),
@@ -336,6 +391,8 @@ TEST(AttentionValidation, RejectsBadArguments) {
   expect_op_error("flash_decode", flash({.scratch_less = 4}));      // scratch too small
   expect_op_error("flash_decode", flash({.head_dim = 80}));         // shapes say 64
   expect_op_error("flash_decode", flash({.prefetch_offset = 8}));   // prefetch_l2 not 16-byte aligned
+  expect_op_error("flash_decode", flash({.window = -1}));           // window >= 0
+  expect_op_error("flash_decode", flash({.softcap = -1.0f}));       // softcap >= 0
   expect_op_error("sdpa", [](GraphSession& s, Backend& b) {         // positions per token
     ops::AttentionParams p{0.125f, 4, 4, 64};
     ops::sdpa(s, b.alloc_tensor(DType::f32, {5, 4, 64}), b.alloc_tensor(DType::f16, {4, 40, 64}),

@@ -30,6 +30,7 @@ Command add_inspect_command(CLI::App& parent);
 Command add_make_model_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_profile_command(CLI::App& parent);
+Command add_perplexity_command(CLI::App& parent);
 Command add_chat_command(CLI::App& parent);
 Command add_serve_command(CLI::App& parent);
 

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   commands.push_back(add_inspect_command(app));
   commands.push_back(add_make_model_command(app));
   commands.push_back(add_serve_command(app));
+  commands.push_back(add_perplexity_command(app));
   check_integer_options(app);
 
   std::vector<std::string> names;

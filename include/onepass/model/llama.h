@@ -59,6 +59,8 @@ struct Linear {
 
 struct LayerWeights {
   TensorView attn_norm, ffn_norm;    // f32 [hidden]
+  TensorView q_norm, k_norm;         // f32 [head_dim] (LlamaConfig::qk_norm), else empty
+  TensorView post_attn_norm, post_ffn_norm;  // f32 [hidden] (LlamaConfig::post_norms), else empty
   /// Q, K, V as one layer [q_dim + 2 kv_dim, hidden] when they share a format, else three.
   std::vector<Linear> qkv_parts;
   Linear attn_output;                // [hidden, q_dim]
@@ -86,6 +88,12 @@ class LlamaModel {
   /// Appends `tokens` to the cache and returns the logits after the last one; throws Error
   /// when they are not all finite (NaN or Inf weights).
   std::span<const float> prefill(std::span<const int32_t> tokens);
+  /// Appends `tokens` to the cache like prefill and returns the logits after every one of
+  /// them, [tokens.size(), vocab] row-major (perplexity, teacher forcing). Runs in chunks of
+  /// at most kEvaluateRows tokens, recorded each time (not replayed); checked as prefill's.
+  std::span<const float> evaluate(std::span<const int32_t> tokens);
+  /// Most tokens of one evaluate() chunk: its logits buffer is this many rows of vocab.
+  static constexpr int64_t kEvaluateRows = 64;
   /// Appends one token and returns the logits after it (checked as prefill's).
   std::span<const float> decode(int32_t token);
   /// Appends one token and returns the most likely next token (argmax on the device,
@@ -117,6 +125,7 @@ class LlamaModel {
 
  private:
   struct Buffers;
+  void emit(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed, bool all_logits);
   void load_weights(const ModelSource& source);
   void warm_up_library();
   void set_step(std::span<const int32_t> tokens);
@@ -147,6 +156,7 @@ class LlamaModel {
   std::vector<PrefillGraph> prefill_graphs_;
   CapturedGraph& prefill_graph(int64_t n);
   std::vector<float> logits_;
+  std::vector<float> all_logits_;
   int64_t position_ = 0;
   size_t weight_bytes_ = 0;
   uint64_t last_step_host_ns_ = 0;

@@ -20,9 +20,10 @@
 
 namespace onepass::model {
 
-/// The hyper-parameters of a model to make. head_dim is hidden / heads.
+/// The hyper-parameters of a model to make. head_dim is hidden / heads unless set.
 struct ModelShape {
   std::string name = "custom";  // general.name
+  std::string architecture = "llama";  // general.architecture: a family of architecture.h
   int64_t hidden = 0;
   int64_t ffn = 0;
   int64_t layers = 0;
@@ -32,9 +33,11 @@ struct ModelShape {
   bool tied = false;  // the LM head is the token embedding (no output.weight)
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
-  int64_t context = 4096;            // llama.context_length
+  int64_t context = 4096;            // <arch>.context_length
   std::string pre = "llama-bpe";     // tokenizer.ggml.pre of the synthesized vocabulary
   DType default_type = DType::q4_0;  // the file type this shape is usually benchmarked in
+  int64_t head_dim = 0;              // <arch>.attention.key_length; 0: hidden / heads
+  int64_t sliding_window = 0;        // <arch>.attention.sliding_window (families with local layers)
 
   /// The LlamaConfig a loader reads back from the file.
   LlamaConfig config() const;
@@ -43,7 +46,8 @@ struct ModelShape {
   std::string describe() const;
 };
 
-/// The named shapes: smollm2-135m, llama-1b, llama-8b.
+/// The named shapes: smollm2-135m, llama-1b, llama-8b, qwen3-0.6b, gemma3-270m, gemma2-2b,
+/// phi3-mini.
 const std::vector<ModelShape>& model_shapes();
 /// The named shape called `name`, or nullopt.
 std::optional<ModelShape> find_model_shape(std::string_view name);

@@ -16,7 +16,12 @@
 
 namespace onepass::model {
 
-/// Hyper-parameters of a Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2).
+/// The gated FFN's activation: act(gate) * up.
+enum class FfnActivation : uint8_t { silu, gelu_tanh };
+
+/// Hyper-parameters of a decoder-only transformer. One forward pass serves every family;
+/// what differs between families (Llama 2/3, SmolLM2, Mistral, Qwen2/3, Gemma 2/3, Phi-3)
+/// is data here, filled from the family's table entry and the file's metadata.
 struct LlamaConfig {
   // Bounds well above every released Llama-family model (Llama 3.1 405B: 126 layers,
   // hidden 16384, ffn 53248, 128 heads, vocab 128256) and low enough that a hostile file
@@ -44,7 +49,42 @@ struct LlamaConfig {
   bool tied_output = false;  // LM head shares the token embedding
   bool qkv_bias = false;     // Qwen2
 
+  FfnActivation activation = FfnActivation::silu;
+  /// Added to every norm weight as it loads (Gemma's HF checkpoints store w - 1; GGUF
+  /// files store w, so 0 there).
+  float norm_weight_offset = 0.0f;
+  /// Per-head RMS norm of Q and K (weights [head_dim]) before RoPE: Qwen3, Gemma 3.
+  bool qk_norm = false;
+  /// RMS norms of the attention and FFN outputs before each residual add: Gemma 2/3.
+  bool post_norms = false;
+  /// The token embeddings are multiplied by this (Gemma: sqrt(hidden)).
+  float embedding_scale = 1.0f;
+  /// Scale of q·k; 0: 1 / sqrt(head_dim).
+  float attention_scale = 0.0f;
+  /// Attention scores and final logits pass through cap * tanh(x / cap) when > 0 (Gemma 2).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  /// Local (sliding-window) layers attend to the last `sliding_window` keys only; 0: every
+  /// layer is global. With a period P > 0, layer l is global when l % P == P - 1 (Gemma 2:
+  /// P = 2, Gemma 3: P = 6); P = 0 makes every layer local.
+  int64_t sliding_window = 0;
+  int64_t sliding_window_period = 0;
+  /// RoPE base of the local layers; 0: rope_theta (Gemma 3: 10000 local, 1e6 global).
+  float rope_theta_local = 0.0f;
+  /// Q, K, V in one tensor (attn_qkv) and gate, up in one (ffn_up, gate first): Phi-3.
+  bool fused_qkv_tensor = false;
+  bool fused_gate_up_tensor = false;
+
   int64_t q_dim() const { return heads * head_dim; }
+  /// Whether layer l attends through a sliding window.
+  bool layer_is_local(int64_t l) const {
+    if (sliding_window <= 0) return false;
+    return sliding_window_period <= 0 || l % sliding_window_period != sliding_window_period - 1;
+  }
+  float layer_rope_theta(int64_t l) const {
+    return layer_is_local(l) && rope_theta_local > 0 ? rope_theta_local : rope_theta;
+  }
+  float attention_scale_or_default() const;
   int64_t kv_dim() const { return kv_heads * head_dim; }
   /// Throws Error naming the first value out of range or inconsistent, prefixed with
   /// `source` (the file) when given.

@@ -1,4 +1,4 @@
-// Activations: gelu (tanh form), silu, silu*mul (SwiGLU gate) and softcap.
+// Activations: gelu (tanh form), silu, silu*mul (SwiGLU gate), gelu*mul (GeGLU gate) and softcap.
 // Argument structs are shared by every backend's kernels.
 #pragma once
 
@@ -20,7 +20,7 @@ struct ActivationArgs {
   float cap;
 };
 
-/// out[r, c] = silu(a[r, c]) * b[r, c], computed in f32 (a, b and out
+/// out[r, c] = silu(a[r, c]) * b[r, c] (gelu_mul: gelu(a[r, c]) * b[r, c]), computed in f32 (a, b and out
 /// share T). Strides in elements; work split as ActivationArgs.
 struct SiluMulArgs {
   const void* a;
@@ -41,6 +41,8 @@ void silu(GraphSession& s, const TensorView& x, const TensorView& out);
 
 /// out = silu(a) * b.
 void silu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out);
+/// out = gelu(a) * b (tanh approximation; the GELU-gated FFN of Gemma).
+void gelu_mul(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& out);
 
 /// out = tanh(x / cap) * cap.
 void softcap(GraphSession& s, const TensorView& x, float cap, const TensorView& out);

@@ -27,6 +27,11 @@ struct AttentionParams {
   int32_t n_head = 0;
   int32_t n_kv_head = 0;  // divides n_head
   int32_t head_dim = 0;
+  /// Sliding window: the query at position p sees keys max(0, p - window + 1)..p only;
+  /// 0: every key up to p.
+  int32_t window = 0;
+  /// Scores (after `scale`) pass through softcap * tanh(s / softcap) when > 0 (Gemma 2).
+  float softcap = 0.0f;
 };
 
 /// Most keys of one flash-decoding partial: a full cache needs at least
@@ -103,11 +108,14 @@ struct SdpaArgs {
   int64_t v_stride;
   int64_t out_stride;
   float scale;
+  int64_t window;  // 0: none
+  float softcap;   // 0: none
 };
 
-/// The steps of flash-decoding share this struct. With L = clamp(*kv_length, 0, ctx),
-/// chunk c of `chunks` (of the used chunks, flash_decode_used_chunks) covers keys
-/// [flash_decode_chunk_begin(c, L, chunks), flash_decode_chunk_begin(c + 1, L, chunks)); its
+/// The steps of flash-decoding share this struct. With L = clamp(*kv_length, 0, ctx) and
+/// W = L - lo valid keys from lo = max(0, L - window) (lo = 0 without a window), chunk c of
+/// `chunks` (of the used chunks, flash_decode_used_chunks(W, ...)) covers keys
+/// lo + [flash_decode_chunk_begin(c, W, chunks), flash_decode_chunk_begin(c + 1, W, chunks)); its
 /// partial result is m = max of the scaled scores, l = sum exp(s - m), acc = sum
 /// exp(s - m) * v (a chunk with no valid key: m = -inf, l = 0, no acc). The output is
 /// out[h] = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c, over the
@@ -145,6 +153,8 @@ struct FlashDecodeArgs {
   int64_t chunk_keys;
   /// 1 when the caller states CacheWrites::token_row_only, else 0.
   int32_t token_row_only;
+  int64_t window;  // 0: none
+  float softcap;   // 0: none
 };
 
 /// Operands flash_decode may read early (KernelChoice::early_operands).

@@ -134,7 +134,9 @@ KernelChoice argmax_feed(const Backend& b, const KernelRequest& r) { return argm
 // or 128 values, the tensor-core kernel: one block per (64 tokens, query head).
 KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::SdpaArgs>();
-  const bool tensor_cores = r.type == DType::f16 && (a.head_dim == 64 || a.head_dim == 128) && a.k_stride % 8 == 0 &&
+  // The tensor-core kernel has no sliding window and no softcap: such layers take the
+  // per-head kernel.
+  const bool tensor_cores = a.window == 0 && a.softcap == 0.0f && r.type == DType::f16 && (a.head_dim == 64 || a.head_dim == 128) && a.k_stride % 8 == 0 &&
                             a.v_stride % 8 == 0 && reinterpret_cast<uint64_t>(a.k) % 16 == 0 &&
                             reinterpret_cast<uint64_t>(a.v) % 16 == 0;
   LaunchDims dims;
@@ -172,7 +174,7 @@ KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
 }  // namespace
 
 void register_cuda_selectors(KernelSelectors& s) {
-  for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul"}) s.add(op, elementwise);
+  for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul", "gelu_mul"}) s.add(op, elementwise);
   for (std::string_view op : {"rms_norm", "rms_norm_mul", "add_rms_norm", "softmax", "rope", "rope_neox"}) {
     s.add(op, per_row);
   }

@@ -1,4 +1,4 @@
-// CPU kernels: gelu, silu, softcap, silu_mul. Blocks of kCpuElementwiseBlock values.
+// CPU kernels: gelu, silu, softcap, silu_mul, gelu_mul. Blocks of kCpuElementwiseBlock values.
 #include "onepass/ops/activation.h"
 
 #include <algorithm>
@@ -44,8 +44,9 @@ void unary_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t e
   });
 }
 
-template <DType T>
-void silu_mul_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
+// act(a) * b with act silu (SwiGLU) or gelu (GeGLU: Gemma).
+template <DType T, Unary kGate>
+void gated_mul_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   using E = Elem<T>;
   using S = typename E::storage;
   const auto& a = *static_cast<const ops::SiluMulArgs*>(raw);
@@ -53,7 +54,11 @@ void silu_mul_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_
     const S* x = static_cast<const S*>(a.a) + r * a.a_stride;
     const S* y = static_cast<const S*>(a.b) + r * a.b_stride;
     S* o = static_cast<S*>(a.out) + r * a.out_stride;
-    for (int64_t c = c0; c < c1; ++c) o[c] = E::store(silu(E::load(x[c])) * E::load(y[c]));
+    for (int64_t c = c0; c < c1; ++c) {
+      const float v = E::load(x[c]);
+      const float gate = kGate == Unary::gelu ? gelu(v) : silu(v);
+      o[c] = E::store(gate * E::load(y[c]));
+    }
   });
 }
 
@@ -66,7 +71,8 @@ void register_activation_kernels(KernelRegistry& registry) {
     registry.add(make_cpu_kernel<ops::ActivationArgs>("silu_" + t, unary_kernel<T, Unary::silu>));
     registry.add(
         make_cpu_kernel<ops::ActivationArgs>("softcap_" + t, unary_kernel<T, Unary::softcap>));
-    registry.add(make_cpu_kernel<ops::SiluMulArgs>("silu_mul_" + t, silu_mul_kernel<T>));
+    registry.add(make_cpu_kernel<ops::SiluMulArgs>("silu_mul_" + t, gated_mul_kernel<T, Unary::silu>));
+    registry.add(make_cpu_kernel<ops::SiluMulArgs>("gelu_mul_" + t, gated_mul_kernel<T, Unary::gelu>));
   });
 }
 

@@ -125,12 +125,19 @@ struct Workspace {
 // KV head into the state of every query head of the group.
 template <DType C>
 void attend_tile(const Group& g, const void* k, const void* v, int64_t k_stride, int64_t v_stride,
-                 int64_t first_row, int64_t count, float scale, int64_t head_dim, Workspace& w) {
+                 int64_t first_row, int64_t count, float scale, float softcap, int64_t head_dim,
+                 Workspace& w) {
   float* scores = w.scores.data();
   for (int64_t j = 0; j < count; ++j) {
     const float* key = cache_row<C>(k, k_stride, first_row + j, w.row.data(), head_dim);
     for (int64_t h = 0; h < g.heads; ++h) {
       scores[h * kTile + j] = dot(g.q + h * g.q_stride, key, head_dim) * scale;
+    }
+  }
+  if (softcap > 0.0f) {
+    const float inv_cap = 1.0f / softcap;
+    for (int64_t h = 0; h < g.heads; ++h) {
+      for (int64_t j = 0; j < count; ++j) scores[h * kTile + j] = std::tanh(scores[h * kTile + j] * inv_cap) * softcap;
     }
   }
   for (int64_t h = 0; h < g.heads; ++h) {
@@ -172,6 +179,7 @@ void sdpa_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t en
     const int64_t position = a.positions[token];
     // A negative position sees no key; past the cache it sees the whole cache.
     const int64_t count = position < 0 ? 0 : std::min(position, a.ctx - 1) + 1;
+    const int64_t lo = a.window > 0 && position >= 0 ? std::max<int64_t>(0, position - a.window + 1) : 0;
     std::fill(w.max.begin(), w.max.end(), kNegInf);
     std::fill(w.sum.begin(), w.sum.end(), 0.0f);
     std::fill(w.acc.begin(), w.acc.end(), 0.0f);
@@ -182,14 +190,14 @@ void sdpa_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t en
                   w.sum.data(),
                   w.acc.data(),
                   a.head_dim};
-    for (int64_t key = 0; key < count; key += kTile) {
+    for (int64_t key = lo; key < count; key += kTile) {
       attend_tile<C>(g, a.k, a.v, a.k_stride, a.v_stride, kv_head * a.ctx + key,
-                     std::min(kTile, count - key), a.scale, a.head_dim, w);
+                     std::min(kTile, count - key), a.scale, a.softcap, a.head_dim, w);
     }
     for (int64_t h = 0; h < group; ++h) {
       float* o = a.out + (first_q + h) * a.out_stride;
       const float* acc = w.acc.data() + h * a.head_dim;
-      const float inv = count > 0 ? 1.0f / w.sum[static_cast<size_t>(h)] : 0.0f;
+      const float inv = count > lo ? 1.0f / w.sum[static_cast<size_t>(h)] : 0.0f;
       for (int64_t d = 0; d < a.head_dim; ++d) o[d] = acc[d] * inv;
     }
   }
@@ -202,6 +210,7 @@ void flash_decode_kernel(const void* raw, const LaunchDims&, uint64_t first, uin
   const int64_t group = a.n_head / a.n_kv_head;
   const int64_t partials = a.n_head * a.chunks;
   const int64_t length = std::clamp<int64_t>(*a.kv_length, 0, a.ctx);
+  const int64_t lo = a.window > 0 ? std::max<int64_t>(0, length - a.window) : 0;
   Workspace& w = Workspace::of_thread(group, a.head_dim);
   for (uint64_t block = first; block < end; ++block) {
     const auto chunk = static_cast<int64_t>(block % static_cast<uint64_t>(a.chunks));
@@ -212,8 +221,8 @@ void flash_decode_kernel(const void* raw, const LaunchDims&, uint64_t first, uin
     float* acc = a.scratch + (first_head * a.chunks + chunk) * a.head_dim;
     float* max_out = a.scratch + partials * a.head_dim + first_head * a.chunks + chunk;
     float* sum_out = max_out + partials;
-    const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, a.chunks);
-    const int64_t stop = ops::flash_decode_chunk_begin(chunk + 1, length, a.chunks);
+    const int64_t begin = lo + ops::flash_decode_chunk_begin(chunk, length - lo, a.chunks);
+    const int64_t stop = lo + ops::flash_decode_chunk_begin(chunk + 1, length - lo, a.chunks);
     if (begin >= stop) {  // empty partial; acc stays unwritten
       for (int64_t h = 0; h < group; ++h) {
         max_out[h * a.chunks] = kNegInf;
@@ -228,7 +237,7 @@ void flash_decode_kernel(const void* raw, const LaunchDims&, uint64_t first, uin
     const Group g{a.q + first_head * a.q_stride, a.q_stride, group, w.max.data(), w.sum.data(), acc,
                   a.chunks * a.head_dim};
     attend_tile<C>(g, a.k, a.v, a.k_stride, a.v_stride, kv_head * a.ctx + begin, stop - begin,
-                   a.scale, a.head_dim, w);
+                   a.scale, a.softcap, a.head_dim, w);
     for (int64_t h = 0; h < group; ++h) {
       max_out[h * a.chunks] = w.max[static_cast<size_t>(h)];
       sum_out[h * a.chunks] = w.sum[static_cast<size_t>(h)];

@@ -1,4 +1,4 @@
-// CUDA kernels: gelu, silu, softcap, silu_mul. Grid-stride over rows x cols (256 threads,
+// CUDA kernels: gelu, silu, softcap, silu_mul, gelu_mul. Grid-stride over rows x cols (256 threads,
 // about 4 values per thread, ops/activation.h); contiguous aligned tensors move 4 values
 // per access (16 bytes for f32, 8 for f16/bf16), strided rows go one value at a time.
 #include <cstring>
@@ -109,8 +109,9 @@ __global__ void unary_kernel(const __grid_constant__ ops::ActivationArgs a) {
   }
 }
 
-template <DType T>
-__global__ void silu_mul_kernel(const __grid_constant__ ops::SiluMulArgs a) {
+// act(a) * b with act silu (SwiGLU) or gelu (GeGLU: Gemma).
+template <DType T, Unary kGate>
+__global__ void gated_mul_kernel(const __grid_constant__ ops::SiluMulArgs a) {
   using E = Elem<T>;
   using S = typename E::storage;
   pdl_wait();
@@ -130,11 +131,11 @@ __global__ void silu_mul_kernel(const __grid_constant__ ops::SiluMulArgs a) {
       load4<T>(x + 4 * i, u);
       load4<T>(y + 4 * i, v);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) u[k] = silu(u[k]) * v[k];
+      for (int k = 0; k < 4; ++k) u[k] = apply<kGate>(u[k], 0.0f) * v[k];
       store4<T>(out + 4 * i, u);
     }
     for (int64_t i = 4 * quads + tid; i < total; i += step) {
-      out[i] = E::store(silu(E::load(x[i])) * E::load(y[i]));
+      out[i] = E::store(apply<kGate>(E::load(x[i]), 0.0f) * E::load(y[i]));
     }
     return;
   }
@@ -142,7 +143,7 @@ __global__ void silu_mul_kernel(const __grid_constant__ ops::SiluMulArgs a) {
     const int64_t r = i / a.cols;
     const int64_t c = i - r * a.cols;
     out[r * a.out_stride + c] =
-        E::store(silu(E::load(x[r * a.a_stride + c])) * E::load(y[r * a.b_stride + c]));
+        E::store(apply<kGate>(E::load(x[r * a.a_stride + c]), 0.0f) * E::load(y[r * a.b_stride + c]));
   }
 }
 
@@ -158,7 +159,9 @@ void register_activation_cuda_kernels(KernelRegistry& registry) {
     registry.add(make_cuda_kernel<ops::ActivationArgs>(
         "softcap_" + t, reinterpret_cast<const void*>(&unary_kernel<T, Unary::softcap>)));
     registry.add(make_cuda_kernel<ops::SiluMulArgs>(
-        "silu_mul_" + t, reinterpret_cast<const void*>(&silu_mul_kernel<T>)));
+        "silu_mul_" + t, reinterpret_cast<const void*>(&gated_mul_kernel<T, Unary::silu>)));
+    registry.add(make_cuda_kernel<ops::SiluMulArgs>(
+        "gelu_mul_" + t, reinterpret_cast<const void*>(&gated_mul_kernel<T, Unary::gelu>)));
   });
 }
 

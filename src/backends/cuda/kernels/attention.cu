@@ -94,6 +94,17 @@ using ptx::cp_async_wait;
 // whatever the register budget. `lanes` lanes share a key, lane `sub` holding 16-byte
 // word `sub` of the row (lanes with sub >= vecs idle); a stage holds 2 or 4 keys per
 // group, key t of the group being key group + t * groups of the stage.
+// A key's score from its q·k: scaled, then capped by softcap * tanh(s / softcap) when
+// softcap > 0 (Gemma 2). The cap is uniform over the kernel, so its branch never diverges.
+struct ScoreMap {
+  float scale;
+  float softcap;
+  __device__ __forceinline__ float operator()(float dot) const {
+    const float s = dot * scale;
+    return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
+  }
+};
+
 template <DType C>
 struct WarpAttention {
   using Vec = CacheVec<C>;
@@ -169,7 +180,7 @@ struct WarpAttention {
   // Folds the `count` keys of a landed stage into the state. One body for full and
   // partial stages: a copy specialised for full stages (no key checks) saves the checks but
   // makes the kernel larger, and the decode chain pays for instruction fetch (bench-gpu).
-  __device__ __forceinline__ void fold(const uint4* ring_k, const uint4* ring_v, int count, float scale) {
+  __device__ __forceinline__ void fold(const uint4* ring_k, const uint4* ring_v, int count, ScoreMap scale) {
     // This lane's word of key t: base + t * step. An idle lane (sub >= vecs) reads its
     // group's first word instead and discards what it computes. No branch in here: the
     // four keys' loads and sums interleave (with branches, each key's load and chain of
@@ -211,7 +222,7 @@ struct WarpAttention {
                              : own == 1 ? valid[1]
                              : own == 2 ? valid[2]
                                         : valid[3];
-      const float score = own_valid ? dot * scale : -INFINITY;
+      const float score = own_valid ? scale(dot) : -INFINITY;
       rescale_to(warp_max(score));
       // One exp per lane, then each key's weight from a lane that owns it. m is finite
       // (the stage has a key): an invalid key's exp(-inf) is 0, with no branch.
@@ -229,7 +240,7 @@ struct WarpAttention {
       for (int t = 0; t < kMaxKeysPerGroup; ++t) {
         float dot = part[t];
         if (lanes == 2) dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-        score[t] = valid[t] ? dot * scale : -INFINITY;
+        score[t] = valid[t] ? scale(dot) : -INFINITY;
         local_max = fmaxf(local_max, score[t]);
       }
       rescale_to(warp_max(local_max));
@@ -321,7 +332,7 @@ __device__ __forceinline__ void attend_warps(WarpAttention<C>& w, const float* q
                                              const typename Elem<C>::storage* k,
                                              const typename Elem<C>::storage* v, int64_t k_stride,
                                              int64_t v_stride, int64_t begin, int64_t end,
-                                             float scale, AttentionShared& sh, int64_t held) {
+                                             ScoreMap scale, AttentionShared& sh, int64_t held) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int warps = static_cast<int>(blockDim.x) >> 5;
@@ -401,7 +412,7 @@ __device__ __noinline__ void attend_warps_scalar(const float* q_row,
                                                  const typename Elem<C>::storage* k,
                                                  const typename Elem<C>::storage* v,
                                                  int64_t k_stride, int64_t v_stride, int64_t begin,
-                                                 int64_t end, float scale, int head_dim,
+                                                 int64_t end, ScoreMap scale, int head_dim,
                                                  AttentionShared& sh) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
@@ -419,7 +430,7 @@ __device__ __noinline__ void attend_warps_scalar(const float* q_row,
       const typename Elem<C>::storage* row = k + (first + key) * k_stride;
       float dot = 0.0f;
       for (int d = lane; d < head_dim; d += 32) dot = fmaf(q_row[d], Elem<C>::load(row[d]), dot);
-      const float score = warp_sum(dot) * scale;
+      const float score = scale(warp_sum(dot));
       if (lane == 0) scores[key] = score;
       tile_max = fmaxf(tile_max, score);
     }
@@ -477,7 +488,7 @@ struct AttendPlan {
   // False (nothing done, no barrier) when head_dim > kMaxHeadDim. The outcome is the same
   // for every thread.
   __device__ __forceinline__ bool run(const float* q_row, const S* k, const S* v, int64_t k_stride, int64_t v_stride,
-                                      int64_t begin, int64_t end, float scale, int64_t head_dim, AttentionShared& sh) {
+                                      int64_t begin, int64_t end, ScoreMap scale, int64_t head_dim, AttentionShared& sh) {
     if (!fits) return false;
     if (vectors) {
       attend_warps<C>(w, q_row, k, v, k_stride, v_stride, begin, end, scale, sh, held);
@@ -491,7 +502,7 @@ struct AttendPlan {
 template <DType C>
 __device__ __forceinline__ bool attend(const float* q_row, const typename Elem<C>::storage* k,
                                        const typename Elem<C>::storage* v, int64_t k_stride,
-                                       int64_t v_stride, int64_t begin, int64_t end, float scale,
+                                       int64_t v_stride, int64_t begin, int64_t end, ScoreMap scale,
                                        int64_t head_dim, AttentionShared& sh) {
   AttendPlan<C> plan;
   plan.make(k, v, k_stride, v_stride, head_dim);
@@ -549,7 +560,8 @@ __device__ __forceinline__ void store_merged(float* out, int64_t head_dim, Atten
     out[d] = total > 0.0f ? merged_acc(sh, weight, d) * inv : 0.0f;
 }
 
-// Grid {n_head, tokens}: block = (query head, token), keys 0..min(position, ctx - 1).
+// Grid {n_head, tokens}: block = (query head, token), keys lo..min(position, ctx - 1), lo the
+// window's first key (0 without a window).
 template <DType C>
 __global__ void __launch_bounds__(kMaxThreads)
     sdpa_kernel(const __grid_constant__ ops::SdpaArgs a) {
@@ -563,12 +575,13 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t position = a.positions[token];
   // A negative position sees no key; past the cache it sees the whole cache.
   const int64_t count = position < 0 ? 0 : (position < a.ctx ? position : a.ctx - 1) + 1;
+  const int64_t lo = a.window > 0 && position >= a.window ? position - a.window + 1 : 0;
   const int64_t row = token * a.n_head + head;
   float* out = a.out + row * a.out_stride;
   const S* k = static_cast<const S*>(a.k) + kv_head * a.ctx * a.k_stride;
   const S* v = static_cast<const S*>(a.v) + kv_head * a.ctx * a.v_stride;
-  if (!attend<C>(a.q + row * a.q_stride, k, v, a.k_stride, a.v_stride, 0, count, a.scale,
-                 a.head_dim, sh)) {
+  if (!attend<C>(a.q + row * a.q_stride, k, v, a.k_stride, a.v_stride, lo < count ? lo : count, count,
+                 ScoreMap{a.scale, a.softcap}, a.head_dim, sh)) {
     // head_dim beyond kMaxHeadDim: make the failure visible rather than silent.
     for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x)
       out[d] = __int_as_float(0x7fc00000);
@@ -631,9 +644,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   // Only the first `used` blocks take keys (at least a.chunk_keys each); with one, the
   // first block writes the head's output itself and no block hands anything over. The
   // fewest keys per block trades hand-offs against parallelism (bench-gpu, short decode).
-  const int64_t used = ops::flash_decode_used_chunks(length, a.chunks, a.chunk_keys);
-  const int64_t begin = ops::flash_decode_chunk_begin(chunk, length, used);
-  const int64_t end = ops::flash_decode_chunk_begin(chunk + 1, length, used);
+  // A sliding window shares only its keys [lo, length) among the blocks.
+  const int64_t lo = a.window > 0 && length > a.window ? length - a.window : 0;
+  const int64_t used = ops::flash_decode_used_chunks(length - lo, a.chunks, a.chunk_keys);
+  const int64_t begin = lo + ops::flash_decode_chunk_begin(chunk, length - lo, used);
+  const int64_t end = lo + ops::flash_decode_chunk_begin(chunk + 1, length - lo, used);
   if (chunk == 0 && threadIdx.x == 0 && used > 1) {
     ptx::mbarrier_init_for_receive(ptx::smem_addr(&slots_full));
     ptx::mbarrier_expect_bytes(ptx::smem_addr(&slots_full), static_cast<uint32_t>((used - 1) * slot_floats * 4));
@@ -669,7 +684,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   float total = 0.0f;  // 0: no valid key, an empty partial whose acc is never read
   float weight[kMaxWarps];
   if (begin < end && fits) {
-    plan.run(a.q + head * a.q_stride, k, v, a.k_stride, a.v_stride, begin, end, a.scale, a.head_dim, sh);
+    plan.run(a.q + head * a.q_stride, k, v, a.k_stride, a.v_stride, begin, end, ScoreMap{a.scale, a.softcap},
+             a.head_dim, sh);
     total = warp_weights(sh, max, weight);
   }
   float* out = a.out + head * a.out_stride;
