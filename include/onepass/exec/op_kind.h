@@ -21,7 +21,7 @@ enum class OpKind : uint8_t {
   gather,      // embedding gather
   kv_write,    // KV-cache write
   argmax,      // sampling helpers
-  moe_gate,    // MoE routing with a host readback
+  moe_gate,    // MoE routing (moe_route: the experts of each token and their weights)
   other,
 };
 

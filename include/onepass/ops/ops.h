@@ -11,6 +11,7 @@
 #include "onepass/ops/kv_cache.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/matmul_id.h"
+#include "onepass/ops/moe.h"
 #include "onepass/ops/norm.h"
 #include "onepass/ops/rope.h"
 #include "onepass/ops/softmax.h"

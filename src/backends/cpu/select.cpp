@@ -68,6 +68,9 @@ KernelChoice embedding(const Backend& b, const KernelRequest& r) {
 
 KernelChoice feed_token(const Backend& b, const KernelRequest&) { return named(b, "feed_token", {}); }
 
+// moe_route, moe_combine: one block per token.
+KernelChoice moe(const Backend& b, const KernelRequest& r) { return named(b, std::string(r.op), row_dims(r)); }
+
 KernelChoice argmax_feed(const Backend& b, const KernelRequest& r) {
   return named(b, cat("argmax_", dtype_name(r.type), "_feed"), row_dims(r));
 }
@@ -169,6 +172,8 @@ void register_cpu_selectors(KernelSelectors& s) {
   for (std::string_view op : {"rope", "rope_neox", "rope_kv_write", "rope_kv_write_neox"}) s.add(op, rope);
   s.add("embedding", embedding);
   s.add("feed_token", feed_token);
+  s.add("moe_route", moe);
+  s.add("moe_combine", moe);
   s.add("argmax_feed", argmax_feed);
   s.add("sdpa", sdpa);
   s.add("flash_decode", flash_decode);

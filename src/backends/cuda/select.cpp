@@ -97,6 +97,24 @@ KernelChoice embedding(const Backend& b, const KernelRequest& r) {
 // One block of one thread.
 KernelChoice feed_token(const Backend& b, const KernelRequest&) { return named(b, "feed_token", {}); }
 
+// One warp per token.
+KernelChoice moe_route(const Backend& b, const KernelRequest& r) {
+  LaunchDims dims;
+  dims.grid.x = grid_extent(r.rows, r.op);
+  dims.block.x = 32;
+  return named(b, "moe_route", dims);
+}
+
+// 256 outputs per block, one row of blocks per token.
+KernelChoice moe_combine(const Backend& b, const KernelRequest& r) {
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>((r.cols + 255) / 256);
+  check(r.rows <= 65535, r.op, r.rows, " tokens in one dispatch, more than a grid's y extent (65535)");
+  dims.grid.y = static_cast<uint32_t>(r.rows);
+  dims.block.x = 256;
+  return named(b, "moe_combine", dims);
+}
+
 // Long rows (a vocabulary): a cluster of chunk blocks per row, merged by its first block.
 KernelChoice argmax_named(const Backend& b, const KernelRequest& r, std::string_view suffix) {
   const std::string cluster = cat("argmax_cluster_", dtype_name(r.type), suffix);
@@ -168,6 +186,8 @@ void register_cuda_selectors(KernelSelectors& s) {
   s.add("rope_kv_write_neox", rope_kv_write);
   s.add("embedding", embedding);
   s.add("feed_token", feed_token);
+  s.add("moe_route", moe_route);
+  s.add("moe_combine", moe_combine);
   s.add("argmax", argmax);
   s.add("argmax_feed", argmax_feed);
   s.add("sdpa", sdpa);
