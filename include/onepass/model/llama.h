@@ -59,7 +59,7 @@ struct Linear {
 
 struct LayerWeights {
   TensorView attn_norm, ffn_norm;    // f32 [hidden]
-  TensorView q_norm, k_norm;         // f32 [head_dim] (LlamaConfig::qk_norm), else empty
+  TensorView q_norm, k_norm;         // f32 [head_dim] (LlamaConfig::qk_norm; [q_dim], [kv_dim] when qk_norm_whole)
   TensorView post_attn_norm, post_ffn_norm;  // f32 [hidden] (LlamaConfig::post_norms), else empty
   /// Q, K, V as one layer [q_dim + 2 kv_dim, hidden] when they share a format, else three.
   std::vector<Linear> qkv_parts;
@@ -67,6 +67,11 @@ struct LayerWeights {
   /// Gate and up as one layer [2 ffn, hidden] when they share a format, else two.
   std::vector<Linear> gate_up_parts;
   Linear down;                       // [hidden, ffn]
+  /// Mixture of experts (LlamaConfig::moe()), instead of gate/up/down: the router
+  /// [experts, hidden] and the experts' weights.
+  Linear router;
+  TensorView gate_exps, up_exps;     // [experts, expert_ffn, hidden]
+  TensorView down_exps;              // [experts, hidden, expert_ffn]
   TensorView k_cache, v_cache;       // [kv_heads, context, head_dim]
 };
 
@@ -126,6 +131,8 @@ class LlamaModel {
  private:
   struct Buffers;
   void emit(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed, bool all_logits);
+  void emit_experts(GraphSession& session, const LayerWeights& w, int64_t n_tokens, const TensorView& xn,
+                    const TensorView& out);
   void load_weights(const ModelSource& source);
   void warm_up_library();
   void set_step(std::span<const int32_t> tokens);
