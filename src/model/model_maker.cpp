@@ -342,7 +342,27 @@ const std::vector<ModelShape>& model_shapes() {
                      .default_type = DType::q4_k,
                      .experts = 64,
                      .experts_used = 8};
-    return std::vector<ModelShape>{smollm, llama1b, llama8b, qwen3, gemma3, gemma2, phi3, qwen3moe, mixtral, olmoe};
+    // A small Qwen3-MoE for tests and quick GPU runs: 16 experts, 4 used.
+    ModelShape moe_small{.name = "qwen3moe-small",
+                         .architecture = "qwen3moe",
+                         .hidden = 512,
+                         .ffn = 1024,
+                         .layers = 4,
+                         .heads = 8,
+                         .kv_heads = 2,
+                         .vocab = 4096,
+                         .tied = false,
+                         .rope_theta = 1000000.0f,
+                         .norm_eps = 1e-6f,
+                         .context = 4096,
+                         .pre = "qwen2",
+                         .default_type = DType::q8_0,
+                         .head_dim = 64,
+                         .experts = 16,
+                         .experts_used = 4,
+                         .expert_ffn = 256};
+    return std::vector<ModelShape>{smollm, llama1b, llama8b, qwen3,   gemma3,
+                                   gemma2, phi3,    qwen3moe, mixtral, olmoe, moe_small};
   }();
   return kShapes;
 }

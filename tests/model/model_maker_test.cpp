@@ -473,7 +473,8 @@ TEST_F(ModelMakerTest, MoeShapesRoundTrip) {
     int64_t experts, used, expert_ffn;
   };
   for (const Expect& e : {Expect{"qwen3-30b-a3b", "qwen3moe", 128, 8, 768}, Expect{"mixtral-8x7b", "llama", 8, 2, 14336},
-                          Expect{"olmoe-1b-7b", "olmoe", 64, 8, 1024}}) {
+                          Expect{"olmoe-1b-7b", "olmoe", 64, 8, 1024},
+                          Expect{"qwen3moe-small", "qwen3moe", 16, 4, 256}}) {
     SCOPED_TRACE(e.shape);
     const std::optional<ModelShape> named = find_model_shape(e.shape);
     ASSERT_TRUE(named.has_value());

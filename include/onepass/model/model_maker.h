@@ -50,7 +50,8 @@ struct ModelShape {
 };
 
 /// The named shapes: smollm2-135m, llama-1b, llama-8b, qwen3-0.6b, gemma3-270m, gemma2-2b,
-/// phi3-mini, and the mixtures of experts qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b.
+/// phi3-mini, and the mixtures of experts qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b and
+/// qwen3moe-small (a small one for tests).
 const std::vector<ModelShape>& model_shapes();
 /// The named shape called `name`, or nullopt.
 std::optional<ModelShape> find_model_shape(std::string_view name);
