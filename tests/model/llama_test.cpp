@@ -10,6 +10,8 @@
 #include "onepass/core/error.h"
 #include "onepass/model/architecture.h"
 #include "onepass/model/llama.h"
+#include "onepass/model/loader.h"
+#include "onepass/model/model_maker.h"
 #include "onepass/model/sampler.h"
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
@@ -843,6 +845,45 @@ TEST(LlamaMoe, WeightBytesCountTheUsedExperts) {
   const size_t attention = static_cast<size_t>((c.q_dim() + 2 * c.kv_dim()) * c.hidden + c.hidden * c.q_dim()) * 4;
   const size_t output = static_cast<size_t>(c.vocab_size * c.hidden) * 4;  // the LM head (the embedding is gathered)
   EXPECT_EQ(m.weight_bytes(), static_cast<size_t>(c.layers) * (per_layer_experts + router + attention) + output);
+}
+
+class LlamaMoeFile : public testing::TempDirTest {
+ protected:
+  LlamaMoeFile() : TempDirTest("onepass_moe_") {}
+};
+
+// A MoE GGUF file as make-model writes it (llama.cpp's tensor layout: expert-major
+// [experts, rows, cols], the router in f32), read through the GGUF loader, against the
+// float64 reference on the same file's tensors.
+TEST_F(LlamaMoeFile, GgufMoeModelsMatchTheReference) {
+  for (const char* name : {"qwen3moe-small", "olmoe-1b-7b", "mixtral-8x7b"}) {
+    SCOPED_TRACE(name);
+    ModelShape shape = *find_model_shape(name);
+    shape.hidden = 64;
+    shape.ffn = 64;
+    shape.layers = 2;
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.head_dim = shape.head_dim > 0 ? 32 : 0;
+    shape.vocab = 300;
+    shape.context = 64;
+    shape.experts = 8;
+    shape.experts_used = 2;
+    shape.expert_ffn = shape.expert_ffn > 0 ? 32 : 0;
+    const auto file = path(cat(name, ".gguf"));
+    make_model(shape, DType::q8_0, file, {.seed = 11});
+    const std::unique_ptr<ModelSource> src = open_model(file);
+    ASSERT_EQ(src->config().experts, 8);
+    const auto tokens = some_tokens(8, 11, 300);
+    const auto want = reference_logits(*src, tokens, DType::f32);
+    LoadOptions o;
+    o.context = 16;
+    o.max_batch = 4;
+    o.kv_type = DType::f32;
+    LlamaModel model(testing::cpu_backend(), *src, o);
+    expect_logits_near(model.prefill(std::span(tokens).first(6)), want[5], 1e-5, "prefill");
+    for (size_t t = 6; t < tokens.size(); ++t) expect_logits_near(model.decode(tokens[t]), want[t], 1e-5, cat("decode ", t));
+  }
 }
 
 // MoE families on the GPU against the CPU (which the float64 reference checks): f16 and
