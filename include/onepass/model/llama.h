@@ -110,7 +110,8 @@ class LlamaModel {
   /// the end: no host round trip per token. The same tokens as the loop of decode_greedy.
   std::vector<int32_t> decode_greedy_run(int32_t token, int64_t count);
 
-  /// Bytes of weights read per decoded token, and KV bytes read per token at `kv_length`.
+  /// Bytes of weights read per decoded token (a MoE layer: its router and experts_used /
+  /// experts of its experts' weights), and KV bytes read per token at `kv_length`.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t kv_bytes_read(int64_t kv_length) const;
   /// The replayed decode step (nullptr until the first decode, or with replay off).
