@@ -26,6 +26,14 @@ constexpr Architecture kTable[] = {
     {.name = "mistral"},
     {.name = "qwen2", .rope_neox = true},
     {.name = "qwen3", .rope_neox = true, .qk_norm = true},
+    // Mixtral is "llama" with <arch>.expert_count > 0. Qwen3-MoE renormalises its top-k
+    // probabilities (norm_topk_prob): a softmax over the selected experts.
+    {.name = "qwen3moe", .rope_neox = true, .qk_norm = true},
+    {.name = "olmoe",
+     .rope_neox = true,
+     .qk_norm = true,
+     .qk_norm_whole = true,
+     .expert_weighting = ExpertWeighting::softmax_all},
     {.name = "gemma2",
      .rope_neox = true,
      .activation = FfnActivation::gelu_tanh,
@@ -77,6 +85,8 @@ void apply_architecture(const Architecture& arch, LlamaConfig& c) {
   c.final_softcap = arch.final_softcap;
   c.fused_qkv_tensor = arch.fused_qkv_tensor;
   c.fused_gate_up_tensor = arch.fused_gate_up_tensor;
+  c.qk_norm_whole = arch.qk_norm_whole;
+  c.expert_weighting = arch.expert_weighting;
 }
 
 }  // namespace onepass::model

@@ -55,14 +55,26 @@ void check_tensors(const ModelSource& source, const LlamaConfig& c) {
       expect(p + "attn_v.weight", Shape{c.kv_dim(), c.hidden}, "[kv_heads x head_dim, hidden]");
     }
     expect(p + "attn_output.weight", Shape{c.hidden, c.q_dim()}, "[hidden, heads x head_dim]");
-    if (c.fused_gate_up_tensor) {
+    if (c.moe()) {
+      expect(p + "ffn_gate_inp.weight", Shape{c.experts, c.hidden}, "[experts, hidden] (the router)");
+      expect(p + "ffn_gate_exps.weight", Shape{c.experts, c.expert_ffn, c.hidden}, "[experts, expert_ffn, hidden]");
+      expect(p + "ffn_up_exps.weight", Shape{c.experts, c.expert_ffn, c.hidden}, "[experts, expert_ffn, hidden]");
+      expect(p + "ffn_down_exps.weight", Shape{c.experts, c.hidden, c.expert_ffn}, "[experts, hidden, expert_ffn]");
+      for (const char* n : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
+        check(!source.require(p + n).affine, "model", source.describe(), ": tensor '", p, n,
+              "' is MLX affine-quantised; experts take GGUF weight types");
+      }
+    } else if (c.fused_gate_up_tensor) {
       expect(p + "ffn_up.weight", Shape{2 * c.ffn, c.hidden}, "[2 ffn (gate, then up), hidden]");
     } else {
       expect(p + "ffn_gate.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
       expect(p + "ffn_up.weight", Shape{c.ffn, c.hidden}, "[ffn, hidden]");
     }
-    expect(p + "ffn_down.weight", Shape{c.hidden, c.ffn}, "[hidden, ffn]");
-    if (c.qk_norm) {
+    if (!c.moe()) expect(p + "ffn_down.weight", Shape{c.hidden, c.ffn}, "[hidden, ffn]");
+    if (c.qk_norm && c.qk_norm_whole) {
+      expect(p + "attn_q_norm.weight", Shape{c.q_dim()}, "[heads x head_dim] (over the whole Q)");
+      expect(p + "attn_k_norm.weight", Shape{c.kv_dim()}, "[kv_heads x head_dim] (over the whole K)");
+    } else if (c.qk_norm) {
       expect(p + "attn_q_norm.weight", Shape{c.head_dim}, "[head_dim]");
       expect(p + "attn_k_norm.weight", Shape{c.head_dim}, "[head_dim]");
     }
@@ -115,6 +127,11 @@ struct LlamaModel::Buffers {
   BufferView flash_scratch;
   TensorView rope_cos_sin;  // decode: f32 [2, rope_dims], the token's (cos, sin) per RoPE pair, per base
   TensorView all_logits;    // evaluate(): f32 [rows, vocab], allocated on first use
+  // Mixture of experts (S = experts_used): the router's logits [B, experts], each token's
+  // experts i32 [B, S] and their weights [B, S], the experts' gate, up and activation
+  // [B * S, expert_ffn], their outputs [B * S, hidden], and matmul_id's scratch.
+  TensorView router_logits, expert_ids, expert_weights, expert_gate, expert_up, expert_act, expert_out;
+  BufferView expert_scratch;
 
   TensorView ids(int64_t n) const {
     return TensorView(step_dev.slice(4, static_cast<size_t>(n) * 4), DType::i32, Shape{n});
@@ -169,7 +186,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
   count("token_embd.weight");
   count("output.weight");
   for (int64_t l = 0; l < c.layers; ++l) {
-    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+                          "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
       count(cat("blk.", l, ".", n, ".weight"));
     }
   }
@@ -306,8 +324,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
     w.attn_norm = norm_f32(p + "attn_norm.weight", c.hidden);
     w.ffn_norm = norm_f32(p + "ffn_norm.weight", c.hidden);
     if (c.qk_norm) {
-      w.q_norm = norm_f32(p + "attn_q_norm.weight", c.head_dim);
-      w.k_norm = norm_f32(p + "attn_k_norm.weight", c.head_dim);
+      w.q_norm = norm_f32(p + "attn_q_norm.weight", c.qk_norm_whole ? c.q_dim() : c.head_dim);
+      w.k_norm = norm_f32(p + "attn_k_norm.weight", c.qk_norm_whole ? c.kv_dim() : c.head_dim);
     }
     if (c.post_norms) {
       w.post_attn_norm = norm_f32(p + "post_attention_norm.weight", c.hidden);
@@ -321,12 +339,27 @@ void LlamaModel::load_weights(const ModelSource& source) {
       w.qkv_parts = fused_or_separate({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, c.hidden, bias);
     }
     w.attn_output = linear({p + "attn_output.weight"}, c.q_dim(), {});
-    if (c.fused_gate_up_tensor) {
-      w.gate_up_parts = {linear({p + "ffn_up.weight"}, c.hidden, {})};
+    if (c.moe()) {
+      w.router = linear({p + "ffn_gate_inp.weight"}, c.hidden, {});
+      // A decoded token reads experts_used of the experts' weights.
+      auto experts = [&](const std::string& name) {
+        const HostTensor t = source.require(name);
+        TensorView v = upload(t);
+        report(t.name, t.bytes);
+        weight_bytes_ += v.span_bytes() / static_cast<size_t>(c.experts) * static_cast<size_t>(c.experts_used);
+        return v;
+      };
+      w.gate_exps = experts(p + "ffn_gate_exps.weight");
+      w.up_exps = experts(p + "ffn_up_exps.weight");
+      w.down_exps = experts(p + "ffn_down_exps.weight");
     } else {
-      w.gate_up_parts = fused_or_separate({p + "ffn_gate.weight", p + "ffn_up.weight"}, c.hidden, {});
+      if (c.fused_gate_up_tensor) {
+        w.gate_up_parts = {linear({p + "ffn_up.weight"}, c.hidden, {})};
+      } else {
+        w.gate_up_parts = fused_or_separate({p + "ffn_gate.weight", p + "ffn_up.weight"}, c.hidden, {});
+      }
+      w.down = linear({p + "ffn_down.weight"}, c.ffn, {});
     }
-    w.down = linear({p + "ffn_down.weight"}, c.ffn, {});
     const size_t base = static_cast<size_t>(l) * 2 * cache_bytes;
     w.k_cache = TensorView(caches.slice(base, cache_bytes), options_.kv_type, Shape{c.kv_heads, ctx, c.head_dim});
     w.v_cache = TensorView(caches.slice(base + cache_bytes, cache_bytes), options_.kv_type,
@@ -359,6 +392,17 @@ void LlamaModel::load_weights(const ModelSource& source) {
   buffers->flash_scratch = b.alloc(ops::flash_decode_scratch_bytes(c.heads, ctx, c.head_dim));
   // One (cos, sin) table per RoPE base (local and global layers may differ).
   buffers->rope_cos_sin = b.alloc_tensor(DType::f32, Shape{2, c.rope_dims});
+  if (c.moe()) {
+    const int64_t pairs = batch * c.experts_used;
+    buffers->router_logits = act(batch, c.experts);
+    buffers->expert_ids = b.alloc_tensor(DType::i32, Shape{batch, c.experts_used});
+    buffers->expert_weights = act(batch, c.experts_used);
+    buffers->expert_gate = act(pairs, c.expert_ffn);
+    buffers->expert_up = act(pairs, c.expert_ffn);
+    buffers->expert_act = act(pairs, c.expert_ffn);
+    buffers->expert_out = act(pairs, c.hidden);
+    buffers->expert_scratch = b.alloc(ops::matmul_id_scratch_bytes(batch, c.experts_used, c.experts));
+  }
   buffers_ = std::move(buffers);
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
@@ -398,6 +442,43 @@ void run_parts(GraphSession& s, const TensorView& x, const std::vector<Linear>& 
 }
 
 }  // namespace
+
+// The mixture-of-experts FFN of n tokens, on the device: the router's logits choose each
+// token's experts and weights, every (token, expert) pair runs that expert's gated FFN,
+// and the pairs' outputs are summed with the weights into out [n, hidden].
+void LlamaModel::emit_experts(GraphSession& s, const LayerWeights& w, int64_t n, const TensorView& xn,
+                              const TensorView& out) {
+  const LlamaConfig& c = config_;
+  const Buffers& b = *buffers_;
+  const int64_t slots = c.experts_used;
+  const int64_t pairs = n * slots;
+  const TensorView logits = b.router_logits.rows_slice(0, n);
+  const TensorView ids = b.expert_ids.rows_slice(0, n);
+  const TensorView weights = b.expert_weights.rows_slice(0, n);
+  const TensorView gate = b.expert_gate.rows_slice(0, pairs);
+  const TensorView up = b.expert_up.rows_slice(0, pairs);
+  const TensorView act = b.expert_act.rows_slice(0, pairs);
+  const TensorView y = b.expert_out.rows_slice(0, pairs);
+  run_linear(s, xn, w.router, logits);
+  ops::moe_route(s, logits, ids, weights,
+                 c.expert_weighting == ExpertWeighting::softmax_all ? ops::MoeWeighting::softmax_all
+                                                                    : ops::MoeWeighting::softmax_selected);
+  ops::MatmulIdParams shared{.n_experts = static_cast<int32_t>(c.experts), .slots = static_cast<int32_t>(slots)};
+  ops::matmul_id(s, xn, w.gate_exps, ids, gate, b.expert_scratch, shared);
+  ops::matmul_id(s, xn, w.up_exps, ids, up, b.expert_scratch, shared);
+  switch (c.activation) {
+    case FfnActivation::silu:
+      ops::silu_mul(s, gate, up, act);
+      break;
+    case FfnActivation::gelu_tanh:
+      ops::gelu_mul(s, gate, up, act);
+      break;
+  }
+  ops::MatmulIdParams per_slot = shared;
+  per_slot.per_slot_input = true;
+  ops::matmul_id(s, act, w.down_exps, ids, y, b.expert_scratch, per_slot);
+  ops::moe_combine(s, y, weights, out);
+}
 
 void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool fed) {
   emit(s, n, decode_step, fed, false);
@@ -472,7 +553,10 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
       k = b.k.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
       v = b.v.rows_slice(0, n).reshaped(Shape{n, c.kv_heads, hd});
     }
-    if (c.qk_norm) {  // per head, in place
+    if (c.qk_norm && c.qk_norm_whole) {  // over the whole Q and K of each token, in place
+      ops::rms_norm(s, q.reshaped(Shape{n, c.q_dim()}), w.q_norm, q.reshaped(Shape{n, c.q_dim()}), c.norm_eps);
+      ops::rms_norm(s, k.reshaped(Shape{n, c.kv_dim()}), w.k_norm, k.reshaped(Shape{n, c.kv_dim()}), c.norm_eps);
+    } else if (c.qk_norm) {  // per head, in place
       ops::rms_norm(s, q.reshaped(Shape{n * c.heads, hd}), w.q_norm, q.reshaped(Shape{n * c.heads, hd}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n * c.kv_heads, hd}), w.k_norm, k.reshaped(Shape{n * c.kv_heads, hd}),
                     c.norm_eps);
@@ -513,6 +597,13 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
     if (c.post_norms) ops::rms_norm(s, proj, w.post_attn_norm, proj, c.norm_eps);
     ops::add(s, x, proj, x);
     ops::rms_norm(s, x, w.ffn_norm, xn, c.norm_eps);
+    if (c.moe()) {
+      emit_experts(s, w, n, xn, proj);
+      if (c.post_norms) ops::rms_norm(s, proj, w.post_ffn_norm, proj, c.norm_eps);
+      ops::add(s, x, proj, x);
+      ++li;
+      continue;
+    }
     TensorView gate, up;
     if (decode_step) {
       run_parts(s, xn, w.gate_up_parts, b.gate_up);

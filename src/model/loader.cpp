@@ -359,6 +359,13 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
   if (auto cap = f.find_f32(f.arch_key("attn_logit_softcapping"))) c.attn_softcap = *cap;
   if (auto cap = f.find_f32(f.arch_key("final_logit_softcapping"))) c.final_softcap = *cap;
   if (auto base = f.find_f32(f.arch_key("rope.local.freq_base"))) c.rope_theta_local = *base;
+  // Mixture of experts (Mixtral, Qwen3-MoE, OLMoE): the expert count, the experts used per
+  // token and one expert's feed-forward length (the dense one when the file has none).
+  c.experts = f.find_u32(f.arch_key("expert_count")).value_or(0);
+  if (c.experts > 0) {
+    c.experts_used = f.find_u32(f.arch_key("expert_used_count")).value_or(0);
+    c.expert_ffn = f.find_u32(f.arch_key("expert_feed_forward_length")).value_or(static_cast<uint32_t>(c.ffn));
+  }
   // Gemma 2 and 3 scale q·k by 1/sqrt(query_pre_attn_scalar), which GGUF does not store: it
   // is key_length except in the 27B models (46 and 62 layers), where it is hidden / heads.
   if ((arch == "gemma2" && c.layers == 46) || (arch == "gemma3" && c.layers == 62)) {

@@ -99,6 +99,11 @@ std::vector<std::pair<std::string, GgufMetaValue>> model_metadata(const ModelSha
   if (c.sliding_window > 0) add(a + ".attention.sliding_window", u32(c.sliding_window));
   if (c.attn_softcap > 0) add(a + ".attn_logit_softcapping", GgufMetaValue::f32(c.attn_softcap));
   if (c.final_softcap > 0) add(a + ".final_logit_softcapping", GgufMetaValue::f32(c.final_softcap));
+  if (c.moe()) {
+    add(a + ".expert_count", u32(c.experts));
+    add(a + ".expert_used_count", u32(c.experts_used));
+    if (s.expert_ffn > 0) add(a + ".expert_feed_forward_length", u32(c.expert_ffn));
+  }
   add(a + ".vocab_size", u32(s.vocab));
   add("tokenizer.ggml.model", GgufMetaValue::string(vocab.model));
   add("tokenizer.ggml.pre", GgufMetaValue::string(vocab.pre));
@@ -157,6 +162,9 @@ LlamaConfig ModelShape::config() const {
   c.norm_eps = norm_eps;
   c.train_context = context;
   c.tied_output = tied;
+  c.experts = experts;
+  c.experts_used = experts > 0 ? experts_used : 0;
+  c.expert_ffn = experts > 0 ? (expert_ffn > 0 ? expert_ffn : ffn) : 0;
   return c;
 }
 
@@ -174,7 +182,9 @@ void ModelShape::validate() const {
 std::string ModelShape::describe() const {
   return cat(name, " (", architecture, "): hidden ", hidden, ", ffn ", ffn, ", layers ", layers, ", heads ", heads, "/",
              kv_heads, ", vocab ", vocab, tied ? ", tied" : ", untied", ", rope theta ", rope_theta,
-             ", context ", context);
+             ", context ", context,
+             experts > 0 ? cat(", experts ", experts_used, "/", experts, " (ffn ", expert_ffn > 0 ? expert_ffn : ffn, ")")
+                         : std::string());
 }
 
 const std::vector<ModelShape>& model_shapes() {
@@ -279,7 +289,80 @@ const std::vector<ModelShape>& model_shapes() {
                     .context = 4096,
                     .pre = "default",
                     .default_type = DType::q4_k};
-    return std::vector<ModelShape>{smollm, llama1b, llama8b, qwen3, gemma3, gemma2, phi3};
+    // Mixtures of experts, with their llama.cpp metadata: Qwen3-30B-A3B (128 experts, 8 used,
+    // expert ffn 768), Mixtral 8x7B ("llama" with 8 experts, 2 used), OLMoE-1B-7B (64
+    // experts, 8 used, no expert_feed_forward_length key).
+    ModelShape qwen3moe{.name = "qwen3-30b-a3b",
+                        .architecture = "qwen3moe",
+                        .hidden = 2048,
+                        .ffn = 6144,
+                        .layers = 48,
+                        .heads = 32,
+                        .kv_heads = 4,
+                        .vocab = 151936,
+                        .tied = false,
+                        .rope_theta = 1000000.0f,
+                        .norm_eps = 1e-6f,
+                        .context = 40960,
+                        .pre = "qwen2",
+                        .default_type = DType::q4_k,
+                        .head_dim = 128,
+                        .experts = 128,
+                        .experts_used = 8,
+                        .expert_ffn = 768};
+    ModelShape mixtral{.name = "mixtral-8x7b",
+                       .architecture = "llama",
+                       .hidden = 4096,
+                       .ffn = 14336,
+                       .layers = 32,
+                       .heads = 32,
+                       .kv_heads = 8,
+                       .vocab = 32000,
+                       .tied = false,
+                       .rope_theta = 1000000.0f,
+                       .norm_eps = 1e-5f,
+                       .context = 32768,
+                       .pre = "default",
+                       .default_type = DType::q4_k,
+                       .experts = 8,
+                       .experts_used = 2};
+    ModelShape olmoe{.name = "olmoe-1b-7b",
+                     .architecture = "olmoe",
+                     .hidden = 2048,
+                     .ffn = 1024,
+                     .layers = 16,
+                     .heads = 16,
+                     .kv_heads = 16,
+                     .vocab = 50304,
+                     .tied = false,
+                     .rope_theta = 10000.0f,
+                     .norm_eps = 1e-5f,
+                     .context = 4096,
+                     .pre = "default",
+                     .default_type = DType::q4_k,
+                     .experts = 64,
+                     .experts_used = 8};
+    // A small Qwen3-MoE for tests and quick GPU runs: 16 experts, 4 used.
+    ModelShape moe_small{.name = "qwen3moe-small",
+                         .architecture = "qwen3moe",
+                         .hidden = 512,
+                         .ffn = 1024,
+                         .layers = 4,
+                         .heads = 8,
+                         .kv_heads = 2,
+                         .vocab = 4096,
+                         .tied = false,
+                         .rope_theta = 1000000.0f,
+                         .norm_eps = 1e-6f,
+                         .context = 4096,
+                         .pre = "qwen2",
+                         .default_type = DType::q8_0,
+                         .head_dim = 64,
+                         .experts = 16,
+                         .experts_used = 4,
+                         .expert_ffn = 256};
+    return std::vector<ModelShape>{smollm, llama1b, llama8b, qwen3,   gemma3,
+                                   gemma2, phi3,    qwen3moe, mixtral, olmoe, moe_small};
   }();
   return kShapes;
 }
@@ -381,6 +464,12 @@ ModelPlan plan_model(const ModelShape& shape, DType file_type, uint64_t seed) {
     plan.tensors.push_back({std::move(name), t, Shape{rows, cols},
                             static_cast<uint64_t>(rows) * dtype_bytes(t, cols), false});
   };
+  // Experts' weights [experts, rows, cols], typed as one expert's matrix would be.
+  auto experts = [&](std::string name, int64_t rows, int64_t cols) {
+    const DType t = llama_tensor_type(file_type, false, cols);
+    plan.tensors.push_back({std::move(name), t, Shape{c.experts, rows, cols},
+                            static_cast<uint64_t>(c.experts * rows) * dtype_bytes(t, cols), false});
+  };
   auto norm = [&](std::string name, int64_t size = 0) {
     const int64_t n = size > 0 ? size : c.hidden;
     plan.tensors.push_back({std::move(name), DType::f32, Shape{n}, static_cast<uint64_t>(n) * 4, true});
@@ -398,19 +487,26 @@ ModelPlan plan_model(const ModelShape& shape, DType file_type, uint64_t seed) {
       matrix(p + "attn_v.weight", c.kv_dim(), c.hidden, false);
     }
     if (c.qk_norm) {
-      norm(p + "attn_q_norm.weight", c.head_dim);
-      norm(p + "attn_k_norm.weight", c.head_dim);
+      norm(p + "attn_q_norm.weight", c.qk_norm_whole ? c.q_dim() : c.head_dim);
+      norm(p + "attn_k_norm.weight", c.qk_norm_whole ? c.kv_dim() : c.head_dim);
     }
     matrix(p + "attn_output.weight", c.hidden, c.q_dim(), false);
     if (c.post_norms) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
-    if (c.fused_gate_up_tensor) {
+    if (c.moe()) {
+      // llama.cpp keeps the router in f32.
+      plan.tensors.push_back({p + "ffn_gate_inp.weight", DType::f32, Shape{c.experts, c.hidden},
+                              static_cast<uint64_t>(c.experts * c.hidden) * 4, false});
+      experts(p + "ffn_gate_exps.weight", c.expert_ffn, c.hidden);
+      experts(p + "ffn_up_exps.weight", c.expert_ffn, c.hidden);
+      experts(p + "ffn_down_exps.weight", c.hidden, c.expert_ffn);
+    } else if (c.fused_gate_up_tensor) {
       matrix(p + "ffn_up.weight", 2 * c.ffn, c.hidden, false);
     } else {
       matrix(p + "ffn_gate.weight", c.ffn, c.hidden, false);
       matrix(p + "ffn_up.weight", c.ffn, c.hidden, false);
     }
-    matrix(p + "ffn_down.weight", c.hidden, c.ffn, false);
+    if (!c.moe()) matrix(p + "ffn_down.weight", c.hidden, c.ffn, false);
     if (c.post_norms) norm(p + "post_ffw_norm.weight");
   }
   norm("output_norm.weight");

@@ -1,5 +1,6 @@
 #include "onepass/model/model_source.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -56,6 +57,14 @@ void LlamaConfig::validate(std::string_view source) const {
         "the sliding window must be in 0..2^30, got ", sliding_window);
   check(sliding_window_period >= 0 && sliding_window_period <= kMaxLayers, where, in,
         "the sliding-window period must be in 0..", kMaxLayers, ", got ", sliding_window_period);
+  check(!qk_norm_whole || qk_norm, where, in, "a whole-vector QK norm needs qk_norm");
+  check(experts >= 0 && experts <= kMaxExperts, where, in, "the expert count must be in 0..", kMaxExperts,
+        ", got ", experts);
+  if (experts > 0) {
+    in_range("the used expert count", experts_used, std::min(experts, kMaxExpertsUsed));
+    in_range("expert_ffn (the expert feed-forward length)", expert_ffn, kMaxFfn);
+    check(!fused_gate_up_tensor, where, in, "experts with a fused gate/up tensor are not supported");
+  }
 }
 
 float LlamaConfig::attention_scale_or_default() const {
@@ -68,7 +77,10 @@ std::string LlamaConfig::describe() const {
              ", theta ", rope_theta, ")", tied_output ? ", tied output" : "", qkv_bias ? ", qkv bias" : "",
              qk_norm ? ", qk norm" : "", post_norms ? ", post norms" : "",
              activation == FfnActivation::gelu_tanh ? ", gelu" : "",
-             sliding_window > 0 ? cat(", window ", sliding_window, "/", sliding_window_period) : std::string());
+             sliding_window > 0 ? cat(", window ", sliding_window, "/", sliding_window_period) : std::string(),
+             experts > 0 ? cat(", experts ", experts_used, "/", experts, " (ffn ", expert_ffn,
+                               expert_weighting == ExpertWeighting::softmax_all ? ", softmax over all)" : ")")
+                         : std::string());
 }
 
 HostTensor ModelSource::require(std::string_view name) const {
@@ -96,8 +108,8 @@ class RandomSource final : public ModelSource {
         add_linear(p + "attn_v.weight", type, config_.kv_dim(), h);
       }
       if (config_.qk_norm) {
-        add_norm(p + "attn_q_norm.weight", config_.head_dim);
-        add_norm(p + "attn_k_norm.weight", config_.head_dim);
+        add_norm(p + "attn_q_norm.weight", config_.qk_norm_whole ? config_.q_dim() : config_.head_dim);
+        add_norm(p + "attn_k_norm.weight", config_.qk_norm_whole ? config_.kv_dim() : config_.head_dim);
       }
       add_linear(p + "attn_output.weight", type, h, config_.q_dim());
       if (config_.post_norms) {
@@ -110,13 +122,19 @@ class RandomSource final : public ModelSource {
         add_vector(p + "attn_v.bias", config_.kv_dim(), 0.1f);
       }
       add_norm(p + "ffn_norm.weight", h);
-      if (config_.fused_gate_up_tensor) {
+      if (config_.moe()) {
+        const int64_t e = config_.experts, f = config_.expert_ffn;
+        add_linear(p + "ffn_gate_inp.weight", DType::f32, e, h);  // the router stays f32, as in GGUF files
+        add_experts(p + "ffn_gate_exps.weight", type, e, f, h);
+        add_experts(p + "ffn_up_exps.weight", type, e, f, h);
+        add_experts(p + "ffn_down_exps.weight", type, e, h, f);
+      } else if (config_.fused_gate_up_tensor) {
         add_linear(p + "ffn_up.weight", type, 2 * config_.ffn, h);
       } else {
         add_linear(p + "ffn_gate.weight", type, config_.ffn, h);
         add_linear(p + "ffn_up.weight", type, config_.ffn, h);
       }
-      add_linear(p + "ffn_down.weight", type, h, config_.ffn);
+      if (!config_.moe()) add_linear(p + "ffn_down.weight", type, h, config_.ffn);
     }
     add_norm("output_norm.weight", h);
     if (!config_.tied_output) add_linear("output.weight", type, config_.vocab_size, h);
@@ -160,6 +178,11 @@ class RandomSource final : public ModelSource {
   void add_linear(const std::string& name, DType type, int64_t out, int64_t in, float scale = 0.0f) {
     const float s = scale > 0 ? scale : std::sqrt(3.0f / static_cast<float>(in));
     store(name, type, Shape{out, in}, uniform(static_cast<size_t>(out * in), s));
+  }
+  // Experts' weights [experts, out, in], each expert like a linear layer [out, in].
+  void add_experts(const std::string& name, DType type, int64_t experts, int64_t out, int64_t in) {
+    const float s = std::sqrt(3.0f / static_cast<float>(in));
+    store(name, type, Shape{experts, out, in}, uniform(static_cast<size_t>(experts * out * in), s));
   }
   void add_norm(const std::string& name, int64_t n) {
     std::vector<float> v = uniform(static_cast<size_t>(n), 0.2f);

@@ -2,12 +2,16 @@
 // against decode, replayed against re-encoded decoding, and GPU against CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "onepass/core/error.h"
 #include "onepass/model/architecture.h"
 #include "onepass/model/llama.h"
+#include "onepass/model/loader.h"
+#include "onepass/model/model_maker.h"
 #include "onepass/model/sampler.h"
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
@@ -81,6 +85,41 @@ void rope(std::vector<double>& v, int64_t heads, const LlamaConfig& c, int64_t p
   }
 }
 
+// A mixture-of-experts FFN of one token (blk.N.ffn_*_exps): the router's logits pick the
+// `used` largest (ties to the lower expert), weighted by a softmax over all experts (OLMoE)
+// or over the selected ones (Mixtral, Qwen3-MoE), each expert a SiLU-gated FFN.
+std::vector<double> moe_ffn(const ModelSource& src, const std::string& p, const std::vector<double>& x) {
+  const LlamaConfig& c = src.config();
+  int64_t experts, h;
+  const Matrix router = weights(src, p + "ffn_gate_inp.weight", &experts, &h);
+  const Matrix wg = weights(src, p + "ffn_gate_exps.weight"), wu = weights(src, p + "ffn_up_exps.weight"),
+               wd = weights(src, p + "ffn_down_exps.weight");
+  const int64_t f = static_cast<int64_t>(wg.size()) / (experts * h);
+  const int64_t used = c.experts_used;
+  const std::vector<double> logits = matvec(router, experts, h, x);
+  std::vector<int64_t> order(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) order[static_cast<size_t>(e)] = e;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  const double mx = logits[order[0]];
+  const bool over_all = c.architecture == "olmoe";
+  double sum = 0;
+  for (int64_t i = 0; i < (over_all ? experts : used); ++i) sum += std::exp(logits[order[i]] - mx);
+  std::vector<double> out(static_cast<size_t>(h), 0.0);
+  for (int64_t i = 0; i < used; ++i) {
+    const int64_t e = order[static_cast<size_t>(i)];
+    const double weight = std::exp(logits[e] - mx) / sum;
+    const Matrix g_rows(wg.begin() + e * f * h, wg.begin() + (e + 1) * f * h);
+    const Matrix u_rows(wu.begin() + e * f * h, wu.begin() + (e + 1) * f * h);
+    const Matrix d_rows(wd.begin() + e * h * f, wd.begin() + (e + 1) * h * f);
+    const auto g = matvec(g_rows, f, h, x), u = matvec(u_rows, f, h, x);
+    std::vector<double> a(g.size());
+    for (size_t j = 0; j < g.size(); ++j) a[j] = g[j] / (1.0 + std::exp(-g[j])) * u[j];
+    const auto d = matvec(d_rows, h, f, a);
+    for (int64_t j = 0; j < h; ++j) out[j] += weight * d[j];
+  }
+  return out;
+}
+
 // Logits after each of `tokens` (one row per token).
 std::vector<std::vector<double>> reference_logits(const ModelSource& src, const std::vector<int32_t>& tokens,
                                                   DType kv_type) {
@@ -117,7 +156,9 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
       wk = weights(src, p + "attn_k.weight");
       wv = weights(src, p + "attn_v.weight");
     }
-    if (src.find(p + "ffn_gate.weight")) {
+    const bool moe = src.find(p + "ffn_gate_inp.weight").has_value();
+    if (moe) {
+    } else if (src.find(p + "ffn_gate.weight")) {
       wg = weights(src, p + "ffn_gate.weight");
       wu = weights(src, p + "ffn_up.weight");
     } else {
@@ -125,7 +166,7 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
       wg.assign(gate_up.begin(), gate_up.begin() + fr * h);
       wu.assign(gate_up.begin() + fr * h, gate_up.end());
     }
-    const Matrix wo = weights(src, p + "attn_output.weight"), wd = weights(src, p + "ffn_down.weight"),
+    const Matrix wo = weights(src, p + "attn_output.weight"), wd = moe ? Matrix{} : weights(src, p + "ffn_down.weight"),
                  n1 = weights(src, p + "attn_norm.weight"), n2 = weights(src, p + "ffn_norm.weight");
     const bool qk_norm = src.find(p + "attn_q_norm.weight").has_value();
     const bool post_norms = src.find(p + "post_attention_norm.weight").has_value();
@@ -145,7 +186,10 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
           v[i] += bv[i];
         }
       }
-      if (qk_norm) {
+      if (qk_norm && static_cast<int64_t>(qn.size()) == qd) {  // OLMoE: over the whole vectors
+        q = rms_norm(q, qn, c.norm_eps);
+        k = rms_norm(k, kn, c.norm_eps);
+      } else if (qk_norm) {
         head_norm(q, c.heads, hd, qn, c.norm_eps);
         head_norm(k, c.kv_heads, hd, kn, c.norm_eps);
       }
@@ -185,6 +229,12 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
       auto& xt = x[static_cast<size_t>(t)];
       for (int64_t i = 0; i < h; ++i) xt[i] += o[i];
       const auto hn = rms_norm(xt, n2, c.norm_eps);
+      if (moe) {
+        auto d = moe_ffn(src, p, hn);
+        if (post_norms) d = rms_norm(d, pn2, c.norm_eps);
+        for (int64_t i = 0; i < h; ++i) xt[i] += d[i];
+        continue;
+      }
       const auto g = matvec(wg, fr, h, hn), u = matvec(wu, fr, h, hn);
       std::vector<double> a(g.size());
       for (size_t i = 0; i < g.size(); ++i) {
@@ -656,6 +706,213 @@ TEST(Llama, GpuFamiliesMatchCpu) {
       const auto la = a.decode(tokens[static_cast<size_t>(i)]);
       const std::vector<double> step(la.begin(), la.end());
       expect_logits_near(b.decode(tokens[static_cast<size_t>(i)]), step, 1e-3, cat("decode ", i));
+    }
+  }
+}
+
+// ---- mixture of experts -------------------------------------------------------------------
+
+// A small MoE model of a family: Mixtral is "llama" with experts, Qwen3-MoE and OLMoE their
+// own entries (QK norms per head and over the whole vectors, softmax over the selected
+// experts or over all).
+LlamaConfig moe(const char* name, int64_t experts = 8, int64_t used = 2) {
+  LlamaConfig c = tiny();
+  apply_architecture(*find_architecture(name), c);
+  c.experts = experts;
+  c.experts_used = used;
+  c.expert_ffn = 32;
+  return c;
+}
+
+// A source with some f32 tensors' values replaced (same shape).
+class OverriddenSource : public ModelSource {
+ public:
+  explicit OverriddenSource(std::unique_ptr<ModelSource> inner) : inner_(std::move(inner)) {}
+  const LlamaConfig& config() const override { return inner_->config(); }
+  std::optional<HostTensor> find(std::string_view name) const override {
+    std::optional<HostTensor> t = inner_->find(name);
+    auto it = values_.find(std::string(name));
+    if (t && it != values_.end()) t->data = it->second.data();
+    return t;
+  }
+  std::string describe() const override { return inner_->describe(); }
+  std::vector<float>& values(const std::string& name) {
+    const HostTensor t = inner_->require(name);
+    auto& v = values_[name];
+    v.assign(static_cast<const float*>(t.data), static_cast<const float*>(t.data) + t.shape.numel());
+    return v;
+  }
+
+ private:
+  std::unique_ptr<ModelSource> inner_;
+  std::map<std::string, std::vector<float>> values_;
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Moe, LlamaVsReference,
+    ::testing::Values(Variant{"mixtral", moe("llama"), DType::f32, DType::f32, 1e-5},
+                      Variant{"mixtral_q8_0", moe("llama", 8, 2), DType::q8_0, DType::f32, 1e-5},
+                      Variant{"qwen3moe", moe("qwen3moe", 8, 3), DType::f32, DType::f32, 1e-5},
+                      Variant{"olmoe", moe("olmoe", 8, 2), DType::f32, DType::f32, 1e-5},
+                      Variant{"olmoe_f16_cache", moe("olmoe", 6, 4), DType::f16, DType::f16, 2e-4}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+// Prefill (replayed chunks of 4 tokens) and replayed decode of a MoE model against the
+// float64 reference, on `src`.
+void expect_moe_matches_reference(const ModelSource& src, uint64_t seed, int64_t max_batch) {
+  const auto tokens = some_tokens(10, seed, 97);
+  const auto want = reference_logits(src, tokens, DType::f32);
+  LoadOptions o;
+  o.context = 16;
+  o.max_batch = max_batch;
+  o.kv_type = DType::f32;  // as the reference keeps K and V
+  LlamaModel model(testing::cpu_backend(), src, o);
+  expect_logits_near(model.prefill(std::span(tokens).first(7)), want[6], 1e-5, "prefill");
+  for (size_t t = 7; t < tokens.size(); ++t) expect_logits_near(model.decode(tokens[t]), want[t], 1e-5, cat("decode ", t));
+}
+
+// 16 experts, one per token, chunks of 4 tokens: at least 12 experts receive no token in
+// every prefill chunk (their groups are empty).
+TEST(LlamaMoe, ExpertsWithoutTokensInAChunk) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const char* name : {"llama", "olmoe"}) {
+    SCOPED_TRACE(name);
+    auto src = make_random_source(moe(name, 16, 1), DType::f32, seed);
+    expect_moe_matches_reference(*src, seed, 4);
+  }
+}
+
+// Router rows repeated in pairs (expert 2i + 1's row is expert 2i's): equal logits, where
+// the lower expert wins the tie. With 3 of 8 experts used, the third is one of a tied pair.
+TEST(LlamaMoe, TiedRouterLogitsChooseTheLowerExpert) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const char* name : {"qwen3moe", "olmoe"}) {
+    SCOPED_TRACE(name);
+    const LlamaConfig c = moe(name, 8, 3);
+    OverriddenSource src(make_random_source(c, DType::f32, seed));
+    for (int64_t l = 0; l < c.layers; ++l) {
+      std::vector<float>& router = src.values(cat("blk.", l, ".ffn_gate_inp.weight"));
+      for (int64_t e = 1; e < c.experts; e += 2) {
+        std::copy_n(router.begin() + (e - 1) * c.hidden, c.hidden, router.begin() + e * c.hidden);
+      }
+    }
+    expect_moe_matches_reference(src, seed, 3);
+  }
+}
+
+TEST(LlamaMoe, BadExpertConfigurationsAndTensorsAreClearErrors) {
+  LlamaConfig c = moe("llama");
+  c.experts_used = 9;
+  EXPECT_THROW(c.validate(), Error);
+  c = moe("llama");
+  c.experts = 2000;
+  EXPECT_THROW(c.validate(), Error);
+  c = moe("llama", 80, 65);
+  EXPECT_THROW(c.validate(), Error);
+  c = moe("llama");
+  c.expert_ffn = 0;
+  EXPECT_THROW(c.validate(), Error);
+  // A file whose config says 16 experts holds 8.
+  auto src8 = make_random_source(moe("llama"), DType::f32, 1);
+  class Misconfigured : public ModelSource {
+   public:
+    explicit Misconfigured(const ModelSource& inner) : inner_(inner), config_(inner.config()) { config_.experts = 16; }
+    const LlamaConfig& config() const override { return config_; }
+    std::optional<HostTensor> find(std::string_view n) const override { return inner_.find(n); }
+    std::string describe() const override { return "misconfigured"; }
+
+   private:
+    const ModelSource& inner_;
+    LlamaConfig config_;
+  } bad(*src8);
+  try {
+    LlamaModel m(testing::cpu_backend(), bad, LoadOptions{.context = 8});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_gate_inp.weight"), std::string::npos) << e.what();
+  }
+}
+
+// A decoded token reads the router and experts_used / experts of the experts' weights.
+TEST(LlamaMoe, WeightBytesCountTheUsedExperts) {
+  const LlamaConfig c = moe("llama", 8, 2);
+  auto src = make_random_source(c, DType::f32, 5);
+  LlamaModel m(testing::cpu_backend(), *src, LoadOptions{.context = 8});
+  const size_t per_layer_experts = 3 * static_cast<size_t>(c.expert_ffn * c.hidden) * 4 * 2;  // 2 of 8 experts
+  const size_t router = static_cast<size_t>(c.experts * c.hidden) * 4;
+  const size_t attention = static_cast<size_t>((c.q_dim() + 2 * c.kv_dim()) * c.hidden + c.hidden * c.q_dim()) * 4;
+  const size_t output = static_cast<size_t>(c.vocab_size * c.hidden) * 4;  // the LM head (the embedding is gathered)
+  EXPECT_EQ(m.weight_bytes(), static_cast<size_t>(c.layers) * (per_layer_experts + router + attention) + output);
+}
+
+class LlamaMoeFile : public testing::TempDirTest {
+ protected:
+  LlamaMoeFile() : TempDirTest("onepass_moe_") {}
+};
+
+// A MoE GGUF file as make-model writes it (llama.cpp's tensor layout: expert-major
+// [experts, rows, cols], the router in f32), read through the GGUF loader, against the
+// float64 reference on the same file's tensors.
+TEST_F(LlamaMoeFile, GgufMoeModelsMatchTheReference) {
+  for (const char* name : {"qwen3moe-small", "olmoe-1b-7b", "mixtral-8x7b"}) {
+    SCOPED_TRACE(name);
+    ModelShape shape = *find_model_shape(name);
+    shape.hidden = 64;
+    shape.ffn = 64;
+    shape.layers = 2;
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.head_dim = shape.head_dim > 0 ? 32 : 0;
+    shape.vocab = 300;
+    shape.context = 64;
+    shape.experts = 8;
+    shape.experts_used = 2;
+    shape.expert_ffn = shape.expert_ffn > 0 ? 32 : 0;
+    const auto file = path(cat(name, ".gguf"));
+    make_model(shape, DType::q8_0, file, {.seed = 11});
+    const std::unique_ptr<ModelSource> src = open_model(file);
+    ASSERT_EQ(src->config().experts, 8);
+    const auto tokens = some_tokens(8, 11, 300);
+    const auto want = reference_logits(*src, tokens, DType::f32);
+    LoadOptions o;
+    o.context = 16;
+    o.max_batch = 4;
+    o.kv_type = DType::f32;
+    LlamaModel model(testing::cpu_backend(), *src, o);
+    expect_logits_near(model.prefill(std::span(tokens).first(6)), want[5], 1e-5, "prefill");
+    for (size_t t = 6; t < tokens.size(); ++t) expect_logits_near(model.decode(tokens[t]), want[t], 1e-5, cat("decode ", t));
+  }
+}
+
+// MoE families on the GPU against the CPU (which the float64 reference checks): f16 and
+// q8_0 experts, prefill chunks where most experts get no token, replayed decode steps.
+TEST(LlamaMoe, GpuMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const char* name : {"llama", "qwen3moe", "olmoe"}) {
+    for (DType type : {DType::f16, DType::q8_0}) {
+      SCOPED_TRACE(cat(name, " ", dtype_name(type)));
+      LlamaConfig c = moe(name, 16, 4);
+      c.hidden = 256;
+      c.expert_ffn = 256;
+      c.head_dim = 64;
+      c.rope_dims = 64;
+      auto src = make_random_source(c, type, seed);
+      const LoadOptions o{.context = 64, .max_batch = 8};
+      LlamaModel a(testing::cpu_backend(), *src, o);
+      LlamaModel b(make_cuda_backend(0, testing::test_options()), *src, o);
+      const auto tokens = some_tokens(20, seed, 97);
+      const auto pa = a.prefill(tokens);
+      const std::vector<double> want(pa.begin(), pa.end());
+      expect_logits_near(b.prefill(tokens), want, 1e-3, "prefill");
+      for (int i = 0; i < 5; ++i) {
+        const auto la = a.decode(tokens[static_cast<size_t>(i)]);
+        const std::vector<double> step(la.begin(), la.end());
+        expect_logits_near(b.decode(tokens[static_cast<size_t>(i)]), step, 1e-3, cat("decode ", i));
+      }
     }
   }
 }

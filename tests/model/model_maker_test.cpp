@@ -459,3 +459,77 @@ TEST_F(ModelMakerTest, FamilyShapesRoundTrip) {
 
 }  // namespace
 }  // namespace onepass::model
+
+namespace onepass::model {
+namespace {
+
+// The mixture-of-experts shapes plan llama.cpp's expert tensors ([experts, rows, cols], the
+// router in f32) and keys; a small shape of each is written, read back with its experts,
+// and runs (prefill chunks and a greedy decode step) to finite logits.
+TEST_F(ModelMakerTest, MoeShapesRoundTrip) {
+  struct Expect {
+    const char* shape;
+    const char* architecture;
+    int64_t experts, used, expert_ffn;
+  };
+  for (const Expect& e : {Expect{"qwen3-30b-a3b", "qwen3moe", 128, 8, 768}, Expect{"mixtral-8x7b", "llama", 8, 2, 14336},
+                          Expect{"olmoe-1b-7b", "olmoe", 64, 8, 1024},
+                          Expect{"qwen3moe-small", "qwen3moe", 16, 4, 256}}) {
+    SCOPED_TRACE(e.shape);
+    const std::optional<ModelShape> named = find_model_shape(e.shape);
+    ASSERT_TRUE(named.has_value());
+    const LlamaConfig big = named->config();
+    EXPECT_EQ(big.architecture, e.architecture);
+    EXPECT_EQ(big.experts, e.experts);
+    EXPECT_EQ(big.experts_used, e.used);
+    EXPECT_EQ(big.expert_ffn, e.expert_ffn);
+    const ModelPlan plan = plan_model(*named, named->default_type);
+    const PlannedTensor* gate = plan.find("blk.0.ffn_gate_exps.weight");
+    ASSERT_NE(gate, nullptr);
+    EXPECT_EQ(gate->shape, (Shape{e.experts, e.expert_ffn, big.hidden}));
+    const PlannedTensor* down = plan.find("blk.0.ffn_down_exps.weight");
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->shape, (Shape{e.experts, big.hidden, e.expert_ffn}));
+    const PlannedTensor* router = plan.find("blk.0.ffn_gate_inp.weight");
+    ASSERT_NE(router, nullptr);
+    EXPECT_EQ(router->dtype, DType::f32);
+    EXPECT_EQ(plan.find("blk.0.ffn_gate.weight"), nullptr);
+    EXPECT_EQ(plan.find("blk.0.ffn_down.weight"), nullptr);
+    if (big.qk_norm_whole) EXPECT_EQ(plan.find("blk.0.attn_q_norm.weight")->shape, (Shape{big.q_dim()}));
+
+    ModelShape small = *named;
+    small.name = "small";
+    small.hidden = 64;
+    small.ffn = 128;
+    small.layers = 2;
+    small.heads = 4;
+    small.kv_heads = named->kv_heads == named->heads ? 4 : 2;
+    small.head_dim = named->head_dim > 0 ? 32 : 0;
+    small.vocab = 512;
+    small.context = 128;
+    small.experts = 8;
+    small.experts_used = 3;
+    small.expert_ffn = named->expert_ffn > 0 ? 64 : 0;
+    const fs::path file = path(cat(e.shape, ".gguf"));
+    make_model(small, DType::q8_0, file, {.seed = 7});
+    const std::unique_ptr<ModelSource> source = open_model(file);
+    const LlamaConfig want = small.config();
+    const LlamaConfig& got = source->config();
+    EXPECT_EQ(got.architecture, want.architecture);
+    EXPECT_EQ(got.experts, 8);
+    EXPECT_EQ(got.experts_used, 3);
+    EXPECT_EQ(got.expert_ffn, named->expert_ffn > 0 ? 64 : 128);
+    EXPECT_EQ(got.expert_weighting, want.expert_weighting);
+    EXPECT_EQ(got.qk_norm, want.qk_norm);
+    EXPECT_EQ(got.qk_norm_whole, want.qk_norm_whole);
+    LlamaModel model(testing::cpu_backend(), *source, LoadOptions{.context = 32, .max_batch = 4});
+    const std::vector<int32_t> ids{1, 5, 9, 200, 17, 3};
+    for (const float v : model.prefill(ids)) ASSERT_TRUE(std::isfinite(v));
+    const int32_t next = model.decode_greedy(ids.back());
+    EXPECT_GE(next, 0);
+    EXPECT_LT(next, 512);
+  }
+}
+
+}  // namespace
+}  // namespace onepass::model

@@ -21,6 +21,7 @@ struct MakeModelArgs {
   bool list_tensors = false;
   // Explicit dimensions: a whole shape without SHAPE, or overrides of a named one.
   std::optional<int64_t> hidden, ffn, layers, heads, kv_heads, vocab, context;
+  std::optional<int64_t> experts, experts_used, expert_ffn;  // mixture of experts
   bool tied = false;
   bool tied_given = false;  // --tied or --untied was passed
   std::optional<float> rope_theta;
@@ -64,6 +65,9 @@ model::ModelShape build_shape(const MakeModelArgs& args) {
   }
   if (args.vocab) shape.vocab = *args.vocab;
   if (args.context) shape.context = *args.context;
+  if (args.experts) shape.experts = *args.experts;
+  if (args.experts_used) shape.experts_used = *args.experts_used;
+  if (args.expert_ffn) shape.expert_ffn = *args.expert_ffn;
   if (args.tied_given) shape.tied = args.tied;
   if (args.rope_theta) shape.rope_theta = *args.rope_theta;
   if (args.pre) shape.pre = *args.pre;
@@ -165,6 +169,9 @@ Command add_make_model_command(CLI::App& parent) {
                   "Vocabulary size (at least 256 byte tokens + the special tokens)");
   app->add_option("--context", args->context, "Training context length recorded in the file");
   app->add_option("--rope-theta", args->rope_theta, "RoPE frequency base");
+  app->add_option("--experts", args->experts, "Experts per layer (mixture of experts; 0: a dense FFN)");
+  app->add_option("--experts-used", args->experts_used, "Experts each token uses");
+  app->add_option("--expert-ffn", args->expert_ffn, "Feed-forward length of one expert (default: --ffn)");
   CLI::Option* tied = app->add_flag("--tied,!--untied", args->tied,
                                     "LM head shared with the token embedding (or not)");
   app->add_option("--name", args->name, "general.name");

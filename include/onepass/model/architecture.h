@@ -28,6 +28,10 @@ struct Architecture {
   float final_softcap = 0.0f;
   bool fused_qkv_tensor = false;
   bool fused_gate_up_tensor = false;
+  /// QK norm over the whole Q and K vectors (OLMoE), with qk_norm.
+  bool qk_norm_whole = false;
+  /// How the router's logits weight the selected experts, when the file has experts.
+  ExpertWeighting expert_weighting = ExpertWeighting::softmax_selected;
   /// The chat template used when the file has none (Gemma files often come without).
   std::string_view default_chat_template;
 };

@@ -59,7 +59,7 @@ struct Linear {
 
 struct LayerWeights {
   TensorView attn_norm, ffn_norm;    // f32 [hidden]
-  TensorView q_norm, k_norm;         // f32 [head_dim] (LlamaConfig::qk_norm), else empty
+  TensorView q_norm, k_norm;         // f32 [head_dim] (LlamaConfig::qk_norm; [q_dim], [kv_dim] when qk_norm_whole)
   TensorView post_attn_norm, post_ffn_norm;  // f32 [hidden] (LlamaConfig::post_norms), else empty
   /// Q, K, V as one layer [q_dim + 2 kv_dim, hidden] when they share a format, else three.
   std::vector<Linear> qkv_parts;
@@ -67,6 +67,11 @@ struct LayerWeights {
   /// Gate and up as one layer [2 ffn, hidden] when they share a format, else two.
   std::vector<Linear> gate_up_parts;
   Linear down;                       // [hidden, ffn]
+  /// Mixture of experts (LlamaConfig::moe()), instead of gate/up/down: the router
+  /// [experts, hidden] and the experts' weights.
+  Linear router;
+  TensorView gate_exps, up_exps;     // [experts, expert_ffn, hidden]
+  TensorView down_exps;              // [experts, hidden, expert_ffn]
   TensorView k_cache, v_cache;       // [kv_heads, context, head_dim]
 };
 
@@ -105,7 +110,8 @@ class LlamaModel {
   /// the end: no host round trip per token. The same tokens as the loop of decode_greedy.
   std::vector<int32_t> decode_greedy_run(int32_t token, int64_t count);
 
-  /// Bytes of weights read per decoded token, and KV bytes read per token at `kv_length`.
+  /// Bytes of weights read per decoded token (a MoE layer: its router and experts_used /
+  /// experts of its experts' weights), and KV bytes read per token at `kv_length`.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t kv_bytes_read(int64_t kv_length) const;
   /// The replayed decode step (nullptr until the first decode, or with replay off).
@@ -126,6 +132,8 @@ class LlamaModel {
  private:
   struct Buffers;
   void emit(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed, bool all_logits);
+  void emit_experts(GraphSession& session, const LayerWeights& w, int64_t n_tokens, const TensorView& xn,
+                    const TensorView& out);
   void load_weights(const ModelSource& source);
   void warm_up_library();
   void set_step(std::span<const int32_t> tokens);

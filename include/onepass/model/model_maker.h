@@ -38,6 +38,9 @@ struct ModelShape {
   DType default_type = DType::q4_0;  // the file type this shape is usually benchmarked in
   int64_t head_dim = 0;              // <arch>.attention.key_length; 0: hidden / heads
   int64_t sliding_window = 0;        // <arch>.attention.sliding_window (families with local layers)
+  int64_t experts = 0;               // <arch>.expert_count: 0 for a dense FFN
+  int64_t experts_used = 0;          // <arch>.expert_used_count
+  int64_t expert_ffn = 0;            // <arch>.expert_feed_forward_length; 0: ffn
 
   /// The LlamaConfig a loader reads back from the file.
   LlamaConfig config() const;
@@ -47,7 +50,8 @@ struct ModelShape {
 };
 
 /// The named shapes: smollm2-135m, llama-1b, llama-8b, qwen3-0.6b, gemma3-270m, gemma2-2b,
-/// phi3-mini.
+/// phi3-mini, and the mixtures of experts qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b and
+/// qwen3moe-small (a small one for tests).
 const std::vector<ModelShape>& model_shapes();
 /// The named shape called `name`, or nullopt.
 std::optional<ModelShape> find_model_shape(std::string_view name);

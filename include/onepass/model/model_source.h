@@ -19,6 +19,12 @@ namespace onepass::model {
 /// The gated FFN's activation: act(gate) * up.
 enum class FfnActivation : uint8_t { silu, gelu_tanh };
 
+/// How a mixture-of-experts router's logits weight the experts it selects.
+enum class ExpertWeighting : uint8_t {
+  softmax_selected,  // softmax over the selected experts' logits (Mixtral, Qwen3-MoE)
+  softmax_all,       // softmax over all experts, not renormalised (OLMoE)
+};
+
 /// Hyper-parameters of a decoder-only transformer. One forward pass serves every family;
 /// what differs between families (Llama 2/3, SmolLM2, Mistral, Qwen2/3, Gemma 2/3, Phi-3)
 /// is data here, filled from the family's table entry and the file's metadata.
@@ -74,7 +80,19 @@ struct LlamaConfig {
   /// Q, K, V in one tensor (attn_qkv) and gate, up in one (ffn_up, gate first): Phi-3.
   bool fused_qkv_tensor = false;
   bool fused_gate_up_tensor = false;
+  /// Q and K RMS norms over the whole q_dim / kv_dim vectors (weights [q_dim], [kv_dim])
+  /// rather than per head (OLMoE); with qk_norm.
+  bool qk_norm_whole = false;
+  /// Mixture of experts: every layer's FFN is `experts` gated FFNs of `expert_ffn` rows, of
+  /// which the router (blk.N.ffn_gate_inp) selects `experts_used` per token; 0: dense FFN.
+  static constexpr int64_t kMaxExperts = 1024;
+  static constexpr int64_t kMaxExpertsUsed = 64;
+  int64_t experts = 0;
+  int64_t experts_used = 0;
+  int64_t expert_ffn = 0;  // <arch>.expert_feed_forward_length, else ffn
+  ExpertWeighting expert_weighting = ExpertWeighting::softmax_selected;
 
+  bool moe() const { return experts > 0; }
   int64_t q_dim() const { return heads * head_dim; }
   /// Whether layer l attends through a sliding window.
   bool layer_is_local(int64_t l) const {
