@@ -35,23 +35,26 @@ std::string type_list() {
   return out;
 }
 
+// "smollm2-135m, llama-1b, ..." (every named shape).
+std::string shape_names() {
+  std::string names;
+  for (const model::ModelShape& s : model::model_shapes()) names += (names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
 model::ModelShape build_shape(const MakeModelArgs& args) {
   const char* where = "make-model";
   model::ModelShape shape;
   if (!args.shape.empty()) {
     std::optional<model::ModelShape> named = model::find_model_shape(args.shape);
     if (!named) {
-      std::string names;
-      for (const model::ModelShape& s : model::model_shapes())
-        names += (names.empty() ? "" : ", ") + s.name;
-      fail(where, "unknown shape '", args.shape, "' (expected ", names,
+      fail(where, "unknown shape '", args.shape, "' (expected ", shape_names(),
            ", or explicit --hidden --ffn --layers --heads --vocab)");
     }
     shape = *named;
   } else {
     check(args.hidden && args.ffn && args.layers && args.heads && args.vocab, where,
-          "give a SHAPE (smollm2-135m, llama-1b, llama-8b) or all of --hidden --ffn --layers "
-          "--heads --vocab");
+          "give a SHAPE (", shape_names(), ") or all of --hidden --ffn --layers --heads --vocab");
     shape.name = "custom";
   }
   if (args.hidden) shape.hidden = *args.hidden;
@@ -145,15 +148,15 @@ Command add_make_model_command(CLI::App& parent) {
   auto args = std::make_shared<MakeModelArgs>();
   CLI::App* app = parent.add_subcommand(
       "make-model", "Write a random-weight Llama GGUF model of a named or explicit shape");
-  app->footer(
-      "Shapes: smollm2-135m (default type q4_1), llama-1b and llama-8b (default type q4_0); "
-      "without SHAPE give\n"
-      "--hidden --ffn --layers --heads --vocab (--kv-heads defaults to --heads; default type "
-      "q4_0). Dimension flags\n"
-      "also override a named shape. Tensor types follow llama.cpp: norms f32, matrices in --type, "
-      "except that the\n"
-      "output matrix of a file below 8 bits is q6_k (q8_0 when its rows are not a multiple of 256).");
-  app->add_option("shape", args->shape, "smollm2-135m, llama-1b or llama-8b");
+  app->footer(cat(
+      "Shapes: ", shape_names(), ".\n"
+      "Without SHAPE give --hidden --ffn --layers --heads --vocab (--kv-heads defaults to --heads; "
+      "default type q4_0);\n"
+      "dimension flags also override a named shape. Tensor types follow llama.cpp: norms f32, "
+      "matrices in --type,\n"
+      "except that the output matrix of a file below 8 bits is q6_k (q8_0 when its rows are not a "
+      "multiple of 256)."));
+  app->add_option("shape", args->shape, "A named shape (see below)");
   app->add_option("-o,--output", args->output, "GGUF file to write");
   app->add_option("--type", args->type, type_list() + " (default: the shape's)");
   app->add_option("--seed", args->seed, "Seed of the weights and vocabulary")
