@@ -141,7 +141,9 @@ ONEPASS_OP_CASES(moe) {
           for (int64_t i = 0; i < n; ++i) want[t * n + i] += hw[t * slots + s] * hy[(t * slots + s) * n + i];
         }
       }
-      c.expect_near(out, want, tolerance(DType::f32, 1e-5, 1e-6));
+      // f32 sums of `slots` products in order (a backend may contract them into FMAs):
+      // the absolute error grows with the number of terms.
+      c.expect_near(out, want, tolerance(DType::f32, 1e-5, 1e-6 * static_cast<double>(slots)));
     }});
   }
 }
