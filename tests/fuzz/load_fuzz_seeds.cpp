@@ -40,12 +40,12 @@ onepass::model::ModelShape tiny_shape() {
 
 // A made model with its vocabulary replaced by a small SentencePiece one (tokenizer "llama":
 // byte tokens <0x00>..<0xFF>, then pieces with scores).
-void write_spm_model(const fs::path& gguf_from, const fs::path& path) {
+void write_spm_model(const onepass::model::ModelShape& shape, const fs::path& gguf_from,
+                     const fs::path& path) {
   const onepass::GgufFile from = onepass::GgufFile::open(gguf_from);
   onepass::GgufWriter w(path);
-  for (const onepass::GgufEntry& e : from.metadata()) {
-    if (e.key.rfind("tokenizer.", 0) == 0) continue;
-    w.set(e.key, e.value);
+  for (const auto& [key, value] : onepass::model::plan_model(shape, DType::q4_0).metadata) {
+    if (key.rfind("tokenizer.", 0) != 0) w.set(key, value);
   }
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
@@ -224,13 +224,13 @@ int main(int argc, char** argv) {
     options.threads = 1;
     onepass::model::ModelShape shape = tiny_shape();
     onepass::model::make_model(shape, DType::q4_0, dir / "gguf" / "tiny_q4_0.gguf", options);
+    write_spm_model(shape, dir / "gguf" / "tiny_q4_0.gguf", dir / "gguf" / "tiny_spm.gguf");
     onepass::model::make_model(shape, DType::f16, dir / "gguf" / "tiny_f16.gguf", options);
     shape.tied = false;
     shape.pre = "smollm";
     shape.layers = 1;
     onepass::model::make_model(shape, DType::q8_0, dir / "gguf" / "tiny_q8_0_untied.gguf", options);
     onepass::model::make_model(shape, DType::q4_k, dir / "gguf" / "tiny_q4_k.gguf", options);
-    write_spm_model(dir / "gguf" / "tiny_q4_0.gguf", dir / "gguf" / "tiny_spm.gguf");
     write_mlx_seeds(dir / "mlx");
   } catch (const onepass::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -27,6 +27,7 @@
 #include "onepass/model/llama.h"
 #include "onepass/model/loader.h"
 #include "onepass/model/mapped_file.h"
+#include "onepass/model/tokenizer.h"
 #include "support/testing.h"
 
 namespace onepass {
@@ -336,6 +337,21 @@ TEST_F(HostileInputTest, VocabularyMustMatchTheEmbeddingRows) {
   large.tokens = 300;
   EXPECT_NE(gguf_error(large).find("has 300 tokens, but the model has 256 embedding rows"),
             std::string::npos);
+}
+
+// A vocabulary without the byte symbols cannot spell text: encoding says which byte has no
+// token instead of dropping it (for a vocabulary of no byte symbols at all, every byte went
+// and `generate` reported an empty prompt).
+TEST_F(HostileInputTest, TextTheVocabularyCannotSpellIsAnError) {
+  TokenizerData data;
+  data.model = "gpt2";
+  for (int i = 0; i < 16; ++i) data.tokens.push_back(cat("t", i));
+  const Tokenizer tokenizer(data);
+  EXPECT_ERROR(tokenizer.encode("Hi"), "byte 0x48 of the text has no token in the vocabulary");
+  data.tokens.push_back("H");  // 'H' is its own byte symbol; 'i' still has none
+  EXPECT_ERROR(Tokenizer(data).encode("Hi"), "byte 0x69 of the text has no token");
+  data.tokens.push_back("i");
+  EXPECT_EQ(Tokenizer(data).encode("Hi").size(), 2u);
 }
 
 TEST_F(HostileInputTest, NanWeightsAreReportedNotDecodedAsTokenZero) {
