@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +42,16 @@ inline const std::filesystem::path& scratch_dir() {
 inline void write_file(const std::filesystem::path& path, const uint8_t* data, size_t size) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+}
+
+/// With ONEPASS_FUZZ_ERRORS=1 in the environment, prints each error message once (to review
+/// which errors fail to name the file, key or tensor).
+inline void note_error(const Error& e) {
+  static const bool print = [] {
+    const char* value = std::getenv("ONEPASS_FUZZ_ERRORS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  if (print) std::fprintf(stderr, "fuzz error: %s\n", e.what());
 }
 
 /// Every step of `generate` after the file opens, on a tiny context: the vocabulary and a

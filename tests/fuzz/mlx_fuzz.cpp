@@ -17,8 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const std::unique_ptr<onepass::model::ModelSource> source = onepass::model::open_model(dir);
     onepass::fuzz::use_source(*source);
-  } catch (const onepass::Error&) {
+  } catch (const onepass::Error& e) {
     // The expected outcome for a bad directory.
+    onepass::fuzz::note_error(e);
   }
   return 0;
 }

@@ -15,7 +15,11 @@ struct CublasLibrary {
   decltype(&::cublasDestroy_v2) destroy;
   decltype(&::cublasSetStream_v2) set_stream;
   decltype(&::cublasSetWorkspace_v2) set_workspace;
-  decltype(&::cublasGemmEx) gemm_ex;
+  // The C entry point (the headers overload it in C++ with a cudaDataType compute type).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*,
+                            cudaDataType, int, const void*, void*, cudaDataType, int,
+                            cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&::cublasGetStatusName) status_name;
   decltype(&::cublasGetStatusString) status_string;
 };
