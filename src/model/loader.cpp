@@ -389,6 +389,7 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
 
 TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
   TokenizerData d;
+  d.source = f.source();
   d.model = f.get_string("tokenizer.ggml.model");
   d.pre = f.find_string("tokenizer.ggml.pre").value_or("default");
   d.tokens = f.get_strings("tokenizer.ggml.tokens");

@@ -352,6 +352,29 @@ TEST_F(HostileInputTest, TextTheVocabularyCannotSpellIsAnError) {
   EXPECT_ERROR(Tokenizer(data).encode("Hi"), "byte 0x69 of the text has no token");
   data.tokens.push_back("i");
   EXPECT_EQ(Tokenizer(data).encode("Hi").size(), 2u);
+
+  // From a file, the error names it (vocabulary errors at construction too).
+  TinyGguf g;
+  g.tokens = 256;  // "t0".."t255": no byte symbols
+  const fs::path file = dir_ / "no_bytes.gguf";
+  write_gguf(file, g);
+  const TokenizerData vocab = *model::open_model(file)->tokenizer_data();
+  EXPECT_ERROR(Tokenizer(vocab).encode("Hi"), file.string() + ": byte 0x48");
+  TokenizerData bad_bos = vocab;
+  bad_bos.bos_id = 9999;
+  EXPECT_ERROR(Tokenizer checked(bad_bos), file.string() + ": BOS id 9999");
+}
+
+// A bad quantisation entry names the directory and the weight, not only the value.
+TEST_F(HostileInputTest, MlxQuantizationErrorsNameTheWeight) {
+  json config = mlx_config();
+  config["quantization"] = {{"group_size", 32}, {"bits", 3}};
+  const std::string error = mlx_error(config, {{"model.embed_tokens.weight", {256, 12}},
+                                               {"model.embed_tokens.scales", {256, 2}},
+                                               {"model.embed_tokens.biases", {256, 2}}});
+  EXPECT_NE(error.find("quantised weight 'model.embed_tokens': MLX affine bits must be 4 or 8, got 3"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("[mlx] " + (dir_ / "mlx").string()), std::string::npos) << error;
 }
 
 TEST_F(HostileInputTest, NanWeightsAreReportedNotDecodedAsTokenZero) {

@@ -104,7 +104,7 @@ TEST_F(ResourcesTest, CpuRunLoadsNoCudaLibrary) {
   std::error_code ec;
   const fs::path tool = fs::read_symlink("/proc/self/exe", ec).parent_path() / "onepass";
   if (ec || !fs::exists(tool)) GTEST_SKIP() << "the onepass binary is not built next to this test";
-  const std::string bin = "'" + tool.string() + "'";
+  const std::string bin = cat("'", tool.string(), "'");
   EXPECT_EQ(cuda_libraries_loaded(bin + " --version"), "");
   const fs::path file = dir_ / "tiny.gguf";
   int status = 0;
