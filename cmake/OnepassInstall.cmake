@@ -38,7 +38,7 @@ set(ONEPASS_PC_LIBS_PRIVATE "-pthread")
 if(ONEPASS_CUDA)
   set(ONEPASS_PC_CFLAGS "-DONEPASS_HAVE_CUDA=1")
   string(APPEND ONEPASS_PC_LIBS_PRIVATE
-         " -L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcublas -lcudart")
+         " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lrt")
   foreach(lib IN LISTS CMAKE_DL_LIBS)
     string(APPEND ONEPASS_PC_LIBS_PRIVATE " -l${lib}")
   endforeach()

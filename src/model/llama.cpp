@@ -202,6 +202,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
     check(t.bytes == v.view.size(), "model", "tensor ", t.name, " has ", t.bytes, " bytes, expected ", v.view.size(),
           " for ", dtype_name(t.dtype), t.shape.str());
     v.view.write(t.data, t.bytes);
+    source.release(t);  // the copy is on the backend: the file's pages need not stay resident
     return v;
   };
   auto vector_f32 = [&](const std::string& name, int64_t n) {
@@ -258,6 +259,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
         at += n;
       }
     }
+    for (const HostTensor& t : parts) source.release(t);
     if (!bias_names.empty()) {
       l.bias = b.alloc_tensor(DType::f32, Shape{out});
       size_t at = 0;
@@ -266,6 +268,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
         check(t.dtype == DType::f32 && t.shape.numel() == parts[i].shape[0], "model", "bias ", t.name,
               " must be f32 [", parts[i].shape[0], "]");
         l.bias.view.write(t.data, t.bytes, at);
+        source.release(t);
         at += t.bytes;
       }
     }

@@ -115,6 +115,10 @@ class GgufSource final : public ModelSource {
     return d;
   }
   std::string describe() const override { return file_.source(); }
+  // Every tensor find() returns points into the file's mapping.
+  void release(const HostTensor& tensor) const override {
+    MappedFile::release_pages(tensor.data, tensor.bytes);
+  }
 
  private:
   GgufFile file_;
@@ -323,6 +327,16 @@ class MlxSource final : public ModelSource {
   std::optional<std::vector<float>> rope_freq_factors() const override { return rope_factors_; }
   std::optional<TokenizerData> tokenizer_data() const override { return std::nullopt; }
   std::string describe() const override { return model_.dir().string() + " (MLX)"; }
+  void release(const HostTensor& tensor) const override {
+    // Only what points into a safetensors mapping: not the expanded embedding or the
+    // converted norms, which live in this object.
+    for (const TensorInfo& t : model_.tensors()) {
+      const auto* begin = static_cast<const uint8_t*>(t.data);
+      for (const void* p : {tensor.data, tensor.scales, tensor.biases}) {
+        if (p == begin) MappedFile::release_pages(t.data, t.bytes);
+      }
+    }
+  }
 
  private:
   MlxModel model_;
@@ -399,6 +413,7 @@ LlamaConfig config_from_gguf(const GgufFile& f) {
 
 TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
   TokenizerData d;
+  d.source = f.source();
   d.model = f.get_string("tokenizer.ggml.model");
   d.pre = f.find_string("tokenizer.ggml.pre").value_or("default");
   d.tokens = f.get_strings("tokenizer.ggml.tokens");

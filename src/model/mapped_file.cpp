@@ -92,6 +92,17 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+void MappedFile::release_pages(const void* begin, size_t bytes) noexcept {
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(begin);
+  const uintptr_t first = (start + page - 1) / page * page;  // pages wholly inside the range
+  const uintptr_t end = (start + bytes) / page * page;
+  // Advice only: a failure leaves the pages resident, which is still correct.
+  if (begin != nullptr && end > first) {
+    (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  }
+}
+
 void MappedFile::release() noexcept {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;

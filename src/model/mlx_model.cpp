@@ -182,7 +182,11 @@ void MlxModel::check_quantized() {
           " has scales but config.json has no quantization "
           "{group_size, bits}");
     format->scale_type = t.dtype;
-    format->validate(cat(kWhere, ": ", module));
+    try {
+      format->validate(kWhere);
+    } catch (const Error& e) {
+      fail(kWhere, what, ": ", e.detail());  // the directory and the weight, not only the value
+    }
 
     check(weight->dtype == DType::u32, kWhere, what, ": .weight is ", dtype_name(weight->dtype),
           ", expected u32 (packed)");

@@ -226,7 +226,24 @@ struct Tokenizer::Impl {
   }
 };
 
-Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>(std::move(data))) {}
+namespace {
+
+// An error about the vocabulary, naming the file it came from.
+[[noreturn]] void rethrow_with_source(const Error& e, const std::string& source) {
+  if (source.empty()) throw e;
+  fail(e.where(), source, ": ", e.detail());
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(TokenizerData data) {
+  const std::string source = data.source;
+  try {
+    impl_ = std::make_unique<Impl>(std::move(data));
+  } catch (const Error& e) {
+    rethrow_with_source(e, source);
+  }
+}
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
@@ -240,23 +257,28 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
   out.reserve(text.size() / 3 + 4);
   if (options.add_special && impl.data.add_bos) out.push_back(impl.data.bos_id);
 
-  bool after_special = true;
-  size_t run_start = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    const SpecialToken* special = impl.match_special(text, pos, options.parse_special);
-    if (special == nullptr) {
-      ++pos;
-      continue;
+  // A text the vocabulary cannot spell is a fault of the vocabulary: name its file.
+  try {
+    bool after_special = true;
+    size_t run_start = 0;
+    for (size_t pos = 0; pos < text.size();) {
+      const SpecialToken* special = impl.match_special(text, pos, options.parse_special);
+      if (special == nullptr) {
+        ++pos;
+        continue;
+      }
+      if (pos > run_start) {
+        impl.encoder->encode(text.substr(run_start, pos - run_start), after_special, out);
+      }
+      out.push_back(special->id);
+      after_special = true;
+      pos += special->text.size();
+      run_start = pos;
     }
-    if (pos > run_start) {
-      impl.encoder->encode(text.substr(run_start, pos - run_start), after_special, out);
-    }
-    out.push_back(special->id);
-    after_special = true;
-    pos += special->text.size();
-    run_start = pos;
+    if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), after_special, out);
+  } catch (const Error& e) {
+    rethrow_with_source(e, impl.data.source);
   }
-  if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), after_special, out);
 
   if (options.add_special && impl.data.add_eos) out.push_back(impl.data.eos_id);
   return out;

@@ -159,7 +159,12 @@ class BpeEncoder final : public TextEncoder {
     for (const char c : piece) {
       int32_t id = byte_ids_[static_cast<uint8_t>(c)];
       if (id < 0) id = unk_id_;
-      if (id < 0) continue;  // no token for this byte and no <unk>: nothing can stand for it
+      // Dropping the byte would encode another text (all of it, for a vocabulary of no
+      // byte symbols, leaving an empty prompt).
+      check(id >= 0, "tokenizer", "byte 0x", "0123456789abcdef"[static_cast<uint8_t>(c) >> 4],
+            "0123456789abcdef"[static_cast<uint8_t>(c) & 15],
+            " of the text has no token in the vocabulary and there is no <unk>; a byte-level ",
+            "BPE vocabulary needs a token for each of the 256 byte symbols");
       const auto index = static_cast<int32_t>(symbols.size());
       if (!symbols.empty()) symbols.back().next = index;
       symbols.push_back({id, index - 1, -1});

@@ -27,6 +27,7 @@
 #include "onepass/model/llama.h"
 #include "onepass/model/loader.h"
 #include "onepass/model/mapped_file.h"
+#include "onepass/model/tokenizer.h"
 #include "support/testing.h"
 
 namespace onepass {
@@ -336,6 +337,44 @@ TEST_F(HostileInputTest, VocabularyMustMatchTheEmbeddingRows) {
   large.tokens = 300;
   EXPECT_NE(gguf_error(large).find("has 300 tokens, but the model has 256 embedding rows"),
             std::string::npos);
+}
+
+// A vocabulary without the byte symbols cannot spell text: encoding says which byte has no
+// token instead of dropping it (for a vocabulary of no byte symbols at all, every byte went
+// and `generate` reported an empty prompt).
+TEST_F(HostileInputTest, TextTheVocabularyCannotSpellIsAnError) {
+  TokenizerData data;
+  data.model = "gpt2";
+  for (int i = 0; i < 16; ++i) data.tokens.push_back(cat("t", i));
+  const Tokenizer tokenizer(data);
+  EXPECT_ERROR(tokenizer.encode("Hi"), "byte 0x48 of the text has no token in the vocabulary");
+  data.tokens.push_back("H");  // 'H' is its own byte symbol; 'i' still has none
+  EXPECT_ERROR(Tokenizer(data).encode("Hi"), "byte 0x69 of the text has no token");
+  data.tokens.push_back("i");
+  EXPECT_EQ(Tokenizer(data).encode("Hi").size(), 2u);
+
+  // From a file, the error names it (vocabulary errors at construction too).
+  TinyGguf g;
+  g.tokens = 256;  // "t0".."t255": no byte symbols
+  const fs::path file = dir_ / "no_bytes.gguf";
+  write_gguf(file, g);
+  const TokenizerData vocab = *model::open_model(file)->tokenizer_data();
+  EXPECT_ERROR(Tokenizer(vocab).encode("Hi"), file.string() + ": byte 0x48");
+  TokenizerData bad_bos = vocab;
+  bad_bos.bos_id = 9999;
+  EXPECT_ERROR(Tokenizer checked(bad_bos), file.string() + ": BOS id 9999");
+}
+
+// A bad quantisation entry names the directory and the weight, not only the value.
+TEST_F(HostileInputTest, MlxQuantizationErrorsNameTheWeight) {
+  json config = mlx_config();
+  config["quantization"] = {{"group_size", 32}, {"bits", 3}};
+  const std::string error = mlx_error(config, {{"model.embed_tokens.weight", {256, 12}},
+                                               {"model.embed_tokens.scales", {256, 2}},
+                                               {"model.embed_tokens.biases", {256, 2}}});
+  EXPECT_NE(error.find("quantised weight 'model.embed_tokens': MLX affine bits must be 4 or 8, got 3"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("[mlx] " + (dir_ / "mlx").string()), std::string::npos) << error;
 }
 
 TEST_F(HostileInputTest, NanWeightsAreReportedNotDecodedAsTokenZero) {

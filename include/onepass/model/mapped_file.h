@@ -40,6 +40,12 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::filesystem::path& path() const { return path_; }
 
+  /// Returns the pages wholly inside [begin, begin + bytes) to the OS (madvise
+  /// MADV_DONTNEED): a weight copied elsewhere stops counting twice in the resident set.
+  /// Reading them again still gives the file's bytes (read back from the page cache). The
+  /// range must lie inside one MappedFile's mapping; never throws.
+  static void release_pages(const void* begin, size_t bytes) noexcept;
+
  private:
   void release() noexcept;
 

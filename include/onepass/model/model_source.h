@@ -137,6 +137,10 @@ class ModelSource {
   virtual std::optional<TokenizerData> tokenizer_data() const { return std::nullopt; }
   /// Human-readable description (path, format).
   virtual std::string describe() const = 0;
+  /// Called once `tensor` (from find) has been copied to the backend: a file-backed source
+  /// returns its mapped pages to the OS, so the weights are not resident twice. find()
+  /// still works afterwards (the pages are read back from the file).
+  virtual void release(const HostTensor& tensor) const { (void)tensor; }
 
   /// find() or an Error naming the missing tensor.
   HostTensor require(std::string_view name) const;

@@ -15,6 +15,7 @@ namespace onepass {
 /// A vocabulary as a GGUF file stores it (keys tokenizer.ggml.*), so the tokenizer does not
 /// depend on the file reader. Empty `scores` / `token_types` mean "all 0" / "all normal".
 struct TokenizerData {
+  std::string source;  ///< the file it was read from, named in errors (empty: none)
   std::string model;  ///< "gpt2" (byte-level BPE) or "llama" (SentencePiece)
   std::string pre;    ///< tokenizer.ggml.pre: "smollm", "llama-bpe", "qwen2", "gpt2", "default"
   std::vector<std::string> tokens;

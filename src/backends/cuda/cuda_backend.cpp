@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cublas_library.h"
 #include "cuda_check.h"
 #include "onepass/core/error.h"
 #include "onepass/exec/conflict.h"
@@ -96,7 +97,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
   ONEPASS_CUDA_WARN(cudaStreamSynchronize(stream_));
   for (CachedGraph& g : graph_cache_) ONEPASS_CUDA_WARN(cudaGraphExecDestroy(g.exec));
-  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_) cublas_library().destroy(cublas_);
   if (cublas_workspace_) ONEPASS_CUDA_WARN(cudaFree(cublas_workspace_));
   for (void* p : scratch_allocations_) ONEPASS_CUDA_WARN(cudaFree(p));
   if (capture_stream_) ONEPASS_CUDA_WARN(cudaStreamDestroy(capture_stream_));
@@ -274,7 +275,8 @@ cudaGraphExec_t CudaBackend::instantiate_cached(cudaGraph_t graph, uint64_t key)
 
 void check_cublas(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    fail("cuda", call, " failed: ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
+    const CublasLibrary& lib = cublas_library();
+    fail("cuda", call, " failed: ", lib.status_name(status), " (", lib.status_string(status), ")");
   }
 }
 
@@ -299,16 +301,17 @@ void CudaBackend::run_host(const Dispatch& d, cudaStream_t stream) {
   constexpr size_t kWorkspaceBytes = 32u << 20;
   if (!cublas_) {
     const auto t0 = std::chrono::steady_clock::now();
-    check_cublas(cublasCreate(&cublas_), "cublasCreate");
+    check_cublas(cublas_library().create(&cublas_), "cublasCreate");
     cublas_workspace_ = allocate_raw(kWorkspaceBytes);
     if (options().graph_diag) {
       std::fprintf(stderr, "[graph_diag] cuBLAS set up in %.3f ms\n",
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  check_cublas(cublasSetStream(cublas_, stream), "cublasSetStream");
+  check_cublas(cublas_library().set_stream(cublas_, stream), "cublasSetStream");
   // cublasSetStream resets the workspace to cuBLAS's pool.
-  check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_, kWorkspaceBytes), "cublasSetWorkspace");
+  check_cublas(cublas_library().set_workspace(cublas_, cublas_workspace_, kWorkspaceBytes),
+               "cublasSetWorkspace");
   HostContext context;
   context.stream = stream;
   context.cublas = cublas_;

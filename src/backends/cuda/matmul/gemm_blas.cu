@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "../cublas_library.h"
 #include "../cuda_check.h"
 #include "../host_context.h"
 #include "../kernels/common.cuh"
@@ -100,7 +101,7 @@ void gemm_host(const void* args, void* context) {
   // (ld = its row length) and x^T as K x M (ld = K).
   const float one = 1.0f, zero = 0.0f;
   const cudaDataType_t type = W == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  check_cublas(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
+  check_cublas(cublas_library().gemm_ex(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
                             static_cast<int>(a.k), &one, wh, type, static_cast<int>(ldw), xh, type,
                             static_cast<int>(a.k), &zero, a.out, CUDA_R_32F, static_cast<int>(a.out_stride),
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),

@@ -1,0 +1,119 @@
+// What a run costs the machine beyond its work: a CPU load keeps the weights resident once
+// (the file's pages are returned after each upload), and a CPU run of a CUDA-enabled build
+// loads no CUDA library.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "onepass/core/error.h"
+#include "onepass/model/llama.h"
+#include "onepass/model/loader.h"
+#include "onepass/model/model_maker.h"
+#include "support/testing.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ONEPASS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ONEPASS_ASAN 1
+#endif
+#endif
+
+namespace onepass {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM").
+int64_t status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+class ResourcesTest : public testing::TempDirTest {
+ protected:
+  ResourcesTest() : TempDirTest("onepass_resources_") {}
+};
+
+TEST_F(ResourcesTest, CpuLoadKeepsTheWeightsResidentOnce) {
+#ifdef ONEPASS_ASAN
+  GTEST_SKIP() << "AddressSanitizer's shadow memory inflates the resident set";
+#endif
+  // About 22 MB of q8_0 weights: large against the activations of a 64-token context.
+  model::ModelShape shape;
+  shape.hidden = 512;
+  shape.ffn = 1536;
+  shape.layers = 6;
+  shape.heads = 8;
+  shape.kv_heads = 4;
+  shape.vocab = 4096;
+  shape.tied = true;
+  const fs::path file = dir_ / "model.gguf";
+  const model::MakeModelReport made = model::make_model(shape, DType::q8_0, file);
+  const auto weights = static_cast<int64_t>(made.plan.tensor_bytes);
+
+  const std::unique_ptr<model::ModelSource> source = model::open_model(file);
+  // The peak (VmHWM) restarts from the current resident set.
+  std::ofstream("/proc/self/clear_refs") << "5";
+  const int64_t before = status_bytes("VmRSS");
+  ASSERT_GT(before, 0);
+  ASSERT_LE(status_bytes("VmHWM"), before + (int64_t{1} << 20)) << "the peak could not be reset";
+  model::LoadOptions options;
+  options.context = 64;
+  options.max_batch = 16;
+  model::LlamaModel llama(testing::cpu_backend(), *source, options);
+  const int64_t grown = status_bytes("VmHWM") - before;
+  // The copies on the backend are 1x; the file's pages of the tensor being uploaded come
+  // and go. Keeping the whole mapping resident as well would make it 2x.
+  EXPECT_LE(static_cast<double>(grown), 1.2 * static_cast<double>(weights))
+      << "loading " << weights << " bytes of weights raised the peak resident set by " << grown;
+  const int32_t prompt[] = {1, 2, 3};
+  EXPECT_EQ(llama.prefill(prompt).size(), static_cast<size_t>(shape.vocab));
+}
+
+// The CUDA libraries a process loaded, as the dynamic loader reports them (LD_DEBUG=libs
+// also lists what dlopen brings in).
+std::string cuda_libraries_loaded(const std::string& command) {
+  int status = 0;
+  const std::string log = testing::run_command("LD_DEBUG=libs " + command + " 2>&1 >/dev/null", &status);
+  std::string found;
+  size_t at = 0;
+  while ((at = log.find("calling init: ", at)) != std::string::npos) {
+    const size_t end = std::min(log.find('\n', at), log.size());
+    const std::string library = log.substr(at + 14, end - (at + 14));
+    for (const char* name : {"libcublas", "libcudart", "libcuda.so", "libnvrtc"}) {
+      if (library.find(name) != std::string::npos) found += library + "\n";
+    }
+    at = end;
+  }
+  return found;
+}
+
+// Meaningful in a CUDA-enabled build: --version and --backend cpu must run without the CUDA
+// libraries (cuBLAS is opened on first use, cudart is static).
+TEST_F(ResourcesTest, CpuRunLoadsNoCudaLibrary) {
+  std::error_code ec;
+  const fs::path tool = fs::read_symlink("/proc/self/exe", ec).parent_path() / "onepass";
+  if (ec || !fs::exists(tool)) GTEST_SKIP() << "the onepass binary is not built next to this test";
+  const std::string bin = cat("'", tool.string(), "'");
+  EXPECT_EQ(cuda_libraries_loaded(bin + " --version"), "");
+  const fs::path file = dir_ / "tiny.gguf";
+  int status = 0;
+  testing::run_command(bin + " make-model --hidden 64 --ffn 128 --layers 1 --heads 4 --vocab 512 --type q8_0 -o '" +
+                           file.string() + "' >/dev/null 2>&1",
+                       &status);
+  ASSERT_EQ(status, 0);
+  EXPECT_EQ(cuda_libraries_loaded(bin + " generate --backend cpu -n 2 -p hi -m '" + file.string() + "'"), "");
+}
+
+}  // namespace
+}  // namespace onepass
