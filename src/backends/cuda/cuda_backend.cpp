@@ -21,6 +21,9 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 }
 
 void warn_cuda_error(cudaError_t status, const char* call, const char* file, int line) noexcept {
+  // A backend destroyed after the (statically linked) runtime has shut down at process exit
+  // has nothing left to release.
+  if (status == cudaErrorCudartUnloading) return;
   std::fprintf(stderr, "[cuda] warning: %s failed: %s at %s:%d\n", call, cudaGetErrorName(status),
                file, line);
 }
