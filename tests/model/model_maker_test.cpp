@@ -495,7 +495,9 @@ TEST_F(ModelMakerTest, MoeShapesRoundTrip) {
     EXPECT_EQ(router->dtype, DType::f32);
     EXPECT_EQ(plan.find("blk.0.ffn_gate.weight"), nullptr);
     EXPECT_EQ(plan.find("blk.0.ffn_down.weight"), nullptr);
-    if (big.qk_norm_whole) EXPECT_EQ(plan.find("blk.0.attn_q_norm.weight")->shape, (Shape{big.q_dim()}));
+    if (big.qk_norm_whole) {
+      EXPECT_EQ(plan.find("blk.0.attn_q_norm.weight")->shape, (Shape{big.q_dim()}));
+    }
 
     ModelShape small = *named;
     small.name = "small";
