@@ -272,6 +272,16 @@ onepass_status start_generation(onepass_model* model, const int32_t* tokens, siz
   });
 }
 
+// The integer a C caller stored in an enum argument, which may be any int: read as bytes,
+// since loading a C++ enum that holds a value outside its enumerators is undefined.
+template <typename Enum>
+int enum_value(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 }  // namespace
 
 extern "C" {
@@ -279,7 +289,7 @@ extern "C" {
 const char* onepass_last_error(void) { return last_error.c_str(); }
 
 const char* onepass_status_name(onepass_status status) {
-  switch (status) {
+  switch (enum_value(status)) {
     case ONEPASS_OK: return "ONEPASS_OK";
     case ONEPASS_ERROR_INVALID_ARGUMENT: return "ONEPASS_ERROR_INVALID_ARGUMENT";
     case ONEPASS_ERROR_BUFFER_TOO_SMALL: return "ONEPASS_ERROR_BUFFER_TOO_SMALL";
@@ -323,13 +333,13 @@ onepass_status onepass_model_load(const char* path, const onepass_model_params* 
     require(p.threads >= 0, where, "threads is ", p.threads,
             "; expected 0 (automatic) or more");
     onepass::BackendChoice choice = onepass::BackendChoice::automatic;
-    switch (p.backend) {
+    switch (enum_value(p.backend)) {
       case ONEPASS_BACKEND_AUTO: break;
       case ONEPASS_BACKEND_CPU: choice = onepass::BackendChoice::cpu; break;
       case ONEPASS_BACKEND_CUDA: choice = onepass::BackendChoice::cuda; break;
       default:
-        fail_with(ONEPASS_ERROR_INVALID_ARGUMENT, where, "backend is ",
-                  static_cast<int>(p.backend), "; expected ONEPASS_BACKEND_AUTO, _CPU or _CUDA");
+        fail_with(ONEPASS_ERROR_INVALID_ARGUMENT, where, "backend is ", enum_value(p.backend),
+                  "; expected ONEPASS_BACKEND_AUTO, _CPU or _CUDA");
     }
     const std::filesystem::path file(path);
     if (!std::filesystem::exists(file)) {
