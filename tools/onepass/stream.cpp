@@ -7,49 +7,13 @@
 
 namespace onepass::cli {
 
-StopFilter::StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  std::erase_if(stops_, [](const std::string& stop) { return stop.empty(); });
-}
-
-std::string StopFilter::push(std::string_view piece) {
-  if (stopped_) return "";
-  held_ += piece;
-  size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, held_.find(stop));
-  if (first != std::string::npos) {
-    stopped_ = true;
-    std::string out = held_.substr(0, first);
-    held_.clear();
-    return out;
-  }
-  // Hold back the longest tail that is a proper prefix of some stop string.
-  size_t hold = 0;
-  for (const std::string& stop : stops_) {
-    for (size_t k = std::min(stop.size() - 1, held_.size()); k > hold; --k) {
-      if (held_.compare(held_.size() - k, k, stop, 0, k) == 0) {
-        hold = k;
-        break;
-      }
-    }
-  }
-  std::string out = held_.substr(0, held_.size() - hold);
-  held_.erase(0, held_.size() - hold);
-  return out;
-}
-
-std::string StopFilter::flush() {
-  std::string out;
-  out.swap(held_);
-  return stopped_ ? std::string() : out;
-}
-
 StreamResult stream_completion(model::LlamaModel& llama, model::Sampler& sampler,
                                const Tokenizer& tokenizer, std::span<const float> logits,
                                const StreamOptions& options,
                                const std::function<void(std::string_view)>& print,
                                std::vector<int32_t>* fed) {
   StreamResult result;
-  StopFilter filter(options.stops);
+  serve::StopMatcher filter(options.stops);
   Detokenizer detokenizer(
       tokenizer, {.render_special = false, .strip_space_prefix = options.strip_space_prefix});
   auto emit = [&](std::string_view text) {

@@ -12,27 +12,9 @@
 #include "onepass/model/llama.h"
 #include "onepass/model/sampler.h"
 #include "onepass/model/tokenizer.h"
+#include "onepass/serve/engine.h"
 
 namespace onepass::cli {
-
-/// Text streamed through stop strings: what may be printed is returned at once, except a
-/// tail that could be the start of a stop string; a completed stop string ends the text
-/// before it.
-class StopFilter {
- public:
-  /// Empty strings in `stops` are ignored.
-  explicit StopFilter(std::vector<std::string> stops);
-  /// The printable part of the text so far (nothing once stopped).
-  std::string push(std::string_view piece);
-  /// The held-back tail, at the end of the text.
-  std::string flush();
-  bool stopped() const { return stopped_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string held_;
-  bool stopped_ = false;
-};
 
 struct StreamOptions {
   int64_t max_tokens = 0;
