@@ -154,11 +154,6 @@ LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& sour
   check(options_.max_batch > 0, "model", "max batch must be positive, got ", options_.max_batch);
   check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
         "KV cache type must be f16 or f32, got ", dtype_name(options_.kv_type));
-  // Mixture-of-Experts layers run on the CPU backend: on CUDA their logits are not yet within
-  // rounding of the CPU's (which match the float64 reference), so CUDA refuses them rather
-  // than answer with unverified numbers.
-  check(config_.experts == 0 || backend_->kind() != BackendKind::cuda, "model", source_name_, ": a ",
-        config_.architecture, " Mixture-of-Experts model runs on the CPU backend only (--backend cpu)");
   load_weights(source);
   warm_up_library();
 }
