@@ -141,6 +141,8 @@ class LlamaModel {
   const KvBlockPool& kv_pool() const;
   /// Most rows of one batched step (LoadOptions::max_batch).
   int64_t max_step_rows() const;
+  /// Most rows with logits of one batched step (LoadOptions::sequences).
+  int64_t max_sequences() const { return options_.sequences; }
   /// One forward pass over rows of many sequences of kv_pool(): decode tokens of several
   /// sequences, prefill chunks, or both mixed. A row at position p sees positions 0..p of
   /// its sequence: those written by earlier steps and by this step's rows. Grows each
