@@ -271,6 +271,43 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"mixtral_experts", with_experts(small("llama")), DType::f32, DType::f32, 1e-5}),
     [](const auto& p) { return std::string(p.param.name); });
 
+// The batched step on the GPU (paged attention, multi-row products, row gather) against
+// each sequence decoded alone on the CPU, which the float64 reference checks; 1e-3 of the
+// largest logit, as Llama.GpuFamiliesMatchCpu.
+TEST(BatchedStep, GpuMatchesEachSequenceDecodedAloneOnTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const char* name : {"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"}) {
+    SCOPED_TRACE(name);
+    LlamaConfig c = small(name);
+    c.hidden = 256;
+    c.ffn = 512;
+    c.head_dim = 64;
+    c.rope_dims = 64;
+    auto src = make_random_source(c, DType::f16, seed);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::vector<Script> scripts = {
+        {some_tokens(5, rng, c.vocab_size), some_tokens(3, rng, c.vocab_size), 0},
+        {some_tokens(11, rng, c.vocab_size), some_tokens(9, rng, c.vocab_size), 0},
+        {some_tokens(9, rng, c.vocab_size), some_tokens(6, rng, c.vocab_size), 2},
+        {some_tokens(7, rng, c.vocab_size), some_tokens(5, rng, c.vocab_size), 6},
+    };
+    LoadOptions o;
+    o.context = 32;
+    o.max_batch = 16;
+    o.sequences = 4;
+    o.kv_block_size = 4;
+    o.kv_blocks = 14;
+    LlamaModel cpu(testing::cpu_backend(), *src, o);
+    LlamaModel gpu(make_cuda_backend(0, testing::test_options()), *src, o);
+    std::vector<std::vector<std::vector<float>>> want;
+    for (const Script& s : scripts) want.push_back(alone(cpu, s));
+    const std::vector<Running> runs = batched(gpu, scripts, 4);
+    for (size_t i = 0; i < runs.size(); ++i) expect_same(want[i], runs[i], 1e-3, cat("sequence ", i));
+  }
+}
+
 TEST(BatchedStep, PoolFullIsAnErrorThatChangesNothing) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -339,53 +376,58 @@ TEST(BatchedStep, BadRowsAreClearErrors) {
 }
 
 // The default model: four prompts of different lengths decoded greedily together give the
-// tokens of each decoded alone.
+// tokens of each decoded alone (on the CPU, and on the GPU when there is one).
 TEST(BatchedStep, DefaultModelGreedyTokensMatchDecodingAlone) {
   const char* path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not installed (scripts/setup)";
   auto src = open_model(path);
-  LoadOptions o;
-  o.context = 128;
-  o.max_batch = 64;
-  o.sequences = 4;
-  LlamaModel model(testing::cpu_backend(Options::defaults()), *src, o);
   Tokenizer tok(*src->tokenizer_data());
   std::vector<std::vector<int32_t>> prompts;
   for (const char* text : {"The capital of France is", "Once upon a time",
                            "List three colours of the rainbow, one per line:", "2 + 2 ="}) {
     prompts.push_back(tok.encode(text));
   }
-  constexpr int kSteps = 12;
-  std::vector<std::vector<int32_t>> want;
-  for (const auto& p : prompts) {
-    model.reset();
-    std::vector<int32_t> out = {argmax(model.prefill(p))};
-    for (int i = 1; i < kSteps; ++i) out.push_back(model.decode_greedy(out.back()));
-    want.push_back(out);
-  }
-  KvBlockPool& pool = model.kv_pool();
-  std::vector<int32_t> seqs;
-  std::vector<BatchRow> rows;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    seqs.push_back(pool.add_sequence());
-    for (size_t j = 0; j < prompts[i].size(); ++j) {
-      rows.push_back({seqs[i], prompts[i][j], static_cast<int32_t>(j), j + 1 == prompts[i].size()});
+  std::vector<std::shared_ptr<Backend>> backends = {testing::cpu_backend(Options::defaults())};
+  if (cuda_device_count() > 0) backends.push_back(make_cuda_backend(0));
+  for (const auto& backend : backends) {
+    SCOPED_TRACE(backend_name(backend->kind()));
+    LoadOptions o;
+    o.context = 128;
+    o.max_batch = 64;
+    o.sequences = 4;
+    LlamaModel model(backend, *src, o);
+    constexpr int kSteps = 12;
+    std::vector<std::vector<int32_t>> want;
+    for (const auto& p : prompts) {
+      model.reset();
+      std::vector<int32_t> out = {argmax(model.prefill(p))};
+      for (int i = 1; i < kSteps; ++i) out.push_back(model.decode_greedy(out.back()));
+      want.push_back(out);
     }
-  }
-  std::vector<std::vector<int32_t>> got(prompts.size());
-  BatchResult r = model.step(rows, false);
-  EXPECT_TRUE(r.logits.empty());
-  for (int step = 0;; ++step) {
-    for (size_t i = 0; i < prompts.size(); ++i) got[i].push_back(r.argmax[i]);
-    if (step + 1 == kSteps) break;
-    rows.clear();
+    KvBlockPool& pool = model.kv_pool();
+    std::vector<int32_t> seqs;
+    std::vector<BatchRow> rows;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const auto position = static_cast<int32_t>(prompts[i].size() + got[i].size() - 1);
-      rows.push_back({seqs[i], got[i].back(), position, true});
+      seqs.push_back(pool.add_sequence());
+      for (size_t j = 0; j < prompts[i].size(); ++j) {
+        rows.push_back({seqs[i], prompts[i][j], static_cast<int32_t>(j), j + 1 == prompts[i].size()});
+      }
     }
-    r = model.step(rows, false);
+    std::vector<std::vector<int32_t>> got(prompts.size());
+    BatchResult r = model.step(rows, false);
+    EXPECT_TRUE(r.logits.empty());
+    for (int step = 0;; ++step) {
+      for (size_t i = 0; i < prompts.size(); ++i) got[i].push_back(r.argmax[i]);
+      if (step + 1 == kSteps) break;
+      rows.clear();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto position = static_cast<int32_t>(prompts[i].size() + got[i].size() - 1);
+        rows.push_back({seqs[i], got[i].back(), position, true});
+      }
+      r = model.step(rows, false);
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << "prompt " << i;
   }
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << "prompt " << i;
 }
 
 }  // namespace
