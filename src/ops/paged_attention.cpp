@@ -29,7 +29,8 @@ void ops::paged_attention(GraphSession& s, const TensorView& q, const TensorView
   check(p.window >= 0, op, "window must be >= 0 (0: none), got ", p.window);
   check(std::isfinite(p.softcap) && p.softcap >= 0.0f, op, "softcap must be finite and >= 0 (0: none), got ",
         p.softcap);
-  check(block_size > 0, op, "block_size must be > 0, got ", block_size);
+  // Positions are i32 (lengths), so a block never needs more than 2^31 - 1 of them.
+  check(block_size > 0 && block_size <= 0x7fffffff, op, "block_size must be in [1, 2^31), got ", block_size);
 
   require_dtype(q, DType::f32, op, "q");
   require_dtype(out, DType::f32, op, "out");

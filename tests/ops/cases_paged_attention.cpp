@@ -254,7 +254,8 @@ ONEPASS_OP_CASES(paged_attention) {
                        [=](OpContext& c) { run_paged(c, pc); }});
     }
   }
-  // q rows with a stride (padding after each (token, head) row); head sizes 96 and 256.
+  // q rows with a stride (padding after each (token, head) row); head sizes 96 and 256
+  // (f32: the CUDA scalar kernel, one query head per pass).
   cases.push_back({"paged_attention/f16/6h2kv_hd96/bs16_q_strided", [](OpContext& c) {
     const std::vector<int32_t> lengths{40, 7, 129};
     PagedCase pc{kGqa3, 96, 16, DType::f16, lengths, decode_rows(lengths)};
@@ -264,6 +265,15 @@ ONEPASS_OP_CASES(paged_attention) {
   cases.push_back({"paged_attention/f32/8h2kv_hd256/bs16_decode", [](OpContext& c) {
     const std::vector<int32_t> lengths{40, 300, 1};
     run_paged(c, {kGqa4, 256, 16, DType::f32, lengths, decode_rows(lengths)});
+  }});
+  // Rows that are not whole 16-byte words (the CUDA scalar kernel): head_dim 36 and 20.
+  cases.push_back({"paged_attention/f16/6h2kv_hd36/bs16_decode", [](OpContext& c) {
+    const std::vector<int32_t> lengths{40, 0, 290, 16};
+    run_paged(c, {kGqa3, 36, 16, DType::f16, lengths, decode_rows(lengths)});
+  }});
+  cases.push_back({"paged_attention/bf16/8h2kv_hd20/bs32_window9", [](OpContext& c) {
+    const std::vector<int32_t> lengths{40, 3, 100};
+    run_paged(c, {kGqa4, 20, 32, DType::bf16, lengths, decode_rows(lengths), 9});
   }});
   // Bad device data: entries below 0, equal to the pool size and far past it skip their
   // keys (the others still count); a length past the table clamps to max_blocks *
@@ -442,6 +452,7 @@ TEST(PagedAttentionValidation, RejectsBadArguments) {
   expect_op_error(op, paged({.slots = 72}));                     // not a multiple of block_size
   expect_op_error(op, paged({.block_size = 0}));                 // block_size > 0
   expect_op_error(op, paged({.block_size = -16}));
+  expect_op_error(op, paged({.block_size = int64_t{1} << 31}));  // positions are i32
   expect_op_error(op, paged({.table_shape = Shape{2, 2}}));      // one table row per token
   expect_op_error(op, paged({.table_shape = Shape{6}}));         // [tokens, max_blocks]
   expect_op_error(op, paged({.strided_table = true}));           // contiguous rows
