@@ -172,6 +172,8 @@ LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& sour
   config_.validate(source_name_);
   check(options_.context > 0, "model", "context must be positive, got ", options_.context);
   check(options_.max_batch > 0, "model", "max batch must be positive, got ", options_.max_batch);
+  check(options_.sequences >= 0 && options_.kv_blocks >= 0, "model", "sequences and kv_blocks must not be negative, got ",
+        options_.sequences, " and ", options_.kv_blocks);
   check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
         "KV cache type must be f16 or f32, got ", dtype_name(options_.kv_type));
   // Mixture-of-Experts layers run on the CPU backend: on CUDA their logits are not yet within

@@ -99,6 +99,9 @@ Engine::Engine(model::LlamaModel& model, const Tokenizer& tokenizer, EngineOptio
     check(model.max_sequences() >= options.parallel, "engine", "parallel ", options.parallel,
           " needs a model loaded with LoadOptions::sequences >= ", options.parallel, " (it has ",
           model.max_sequences(), ")");
+    check(model.max_step_rows() >= options.parallel, "engine", "parallel ", options.parallel,
+          " needs a model loaded with LoadOptions::max_batch >= ", options.parallel, " (it has ",
+          model.max_step_rows(), ")");
     // A request alone must be able to reach the whole context, whatever the others hold.
     const model::KvBlockPool& pool = model.kv_pool();
     check(pool.blocks() >= pool.max_blocks(), "engine", "the KV pool's ", pool.blocks(), " blocks of ",
@@ -543,6 +546,10 @@ void Engine::work_batched() {
     model::BatchResult result;
     try {
       result = llama.step(rows, download);
+    } catch (const model::KvPoolFull&) {
+      // The plan above fits the free blocks; should the pool disagree, make room and retry.
+      preempt_newest();
+      continue;
     } catch (const std::exception& e) {
       // The model failed: every request of the step ends with the error.
       for (auto& q : active) {

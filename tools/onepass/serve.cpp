@@ -1,6 +1,7 @@
 // onepass serve: an OpenAI-compatible HTTP server over one loaded model (serve::Engine).
 //   POST /v1/completions, /v1/chat/completions (stream: server-sent events)
 //   GET  /v1/models, /health, /metrics (Prometheus text)
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -502,7 +503,10 @@ int run_serve(const ServeArgs& args) {
   model::LoadOptions load;
   load.context = args.context;
   // --parallel N: a paged KV pool in which every sequence can reach the whole context.
-  if (args.parallel > 1) load.sequences = args.parallel;
+  if (args.parallel > 1) {
+    load.sequences = args.parallel;
+    load.max_batch = std::max(load.max_batch, args.parallel);  // a decode row of each in one step
+  }
   model::LlamaModel llama(backend, *source, load);
   std::string id = args.alias.empty() ? path.filename().string() : args.alias;
   if (id.ends_with(".gguf")) id.resize(id.size() - 5);
