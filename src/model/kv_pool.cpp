@@ -26,10 +26,12 @@ int32_t KvBlockPool::add_sequence() {
   } else {
     id = static_cast<int32_t>(tables_.size());
     tables_.emplace_back();
+    lengths_.push_back(0);
     alive_.push_back(false);
   }
   alive_[static_cast<size_t>(id)] = true;
   tables_[static_cast<size_t>(id)].clear();
+  lengths_[static_cast<size_t>(id)] = 0;
   return id;
 }
 
@@ -88,6 +90,17 @@ void KvBlockPool::reserve(int32_t sequence, int64_t tokens) {
 }
 
 std::span<const int32_t> KvBlockPool::block_table(int32_t sequence) const { return table(sequence); }
+
+int64_t KvBlockPool::length(int32_t sequence) const {
+  table(sequence);  // checks the id
+  return lengths_[static_cast<size_t>(sequence)];
+}
+
+void KvBlockPool::set_length(int32_t sequence, int64_t length) {
+  check(length >= 0 && length <= capacity(sequence), "kv_pool", "sequence ", sequence, " cannot hold ", length,
+        " positions with ", capacity(sequence), " reserved");
+  lengths_[static_cast<size_t>(sequence)] = length;
+}
 
 int32_t KvBlockPool::slot(int32_t sequence, int64_t position) const {
   const std::vector<int32_t>& blocks = table(sequence);

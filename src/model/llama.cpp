@@ -980,6 +980,7 @@ BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logit
         " (LoadOptions::max_batch)");
   // Check every row, and the positions each sequence must hold, before anything changes.
   std::vector<std::pair<int32_t, int64_t>> lengths;  // (sequence, positions it must hold)
+  std::vector<std::pair<int32_t, int32_t>> written;  // (sequence, position) of every row
   int64_t logit_count = 0;
   for (int64_t i = 0; i < n; ++i) {
     const BatchRow& r = rows[static_cast<size_t>(i)];
@@ -990,11 +991,27 @@ BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logit
     check(r.position >= 0 && r.position < options_.context, "model", "row ", i, " of a batched step: position ",
           r.position, " outside the context of ", options_.context, " (use --ctx to enlarge it)");
     if (r.logits) ++logit_count;
+    written.emplace_back(r.sequence, r.position);
     auto it = std::find_if(lengths.begin(), lengths.end(), [&](const auto& e) { return e.first == r.sequence; });
     if (it == lengths.end()) {
       lengths.emplace_back(r.sequence, r.position + 1);
     } else {
       it->second = std::max<int64_t>(it->second, r.position + 1);
+    }
+  }
+  // Each sequence's rows are distinct, consecutive positions that continue (or rewrite) what
+  // its cache holds: a gap would attend to positions never written.
+  std::sort(written.begin(), written.end());
+  for (size_t i = 0; i < written.size(); ++i) {
+    const auto [sequence, position] = written[i];
+    const bool first = i == 0 || written[i - 1].first != sequence;
+    if (first) {
+      check(position <= pool.length(sequence), "model", "a batched step starts sequence ", sequence, " at position ",
+            position, " but its cache holds ", pool.length(sequence), " positions; expected rows from at most ",
+            pool.length(sequence));
+    } else {
+      check(position == written[i - 1].second + 1, "model", "a batched step has positions ", written[i - 1].second,
+            " and ", position, " of sequence ", sequence, "; expected distinct consecutive positions");
     }
   }
   check(logit_count <= b.step_logits.rows(), "model", "a batched step asks for ", logit_count,
@@ -1008,6 +1025,7 @@ BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logit
                                   " are free; wait for a sequence to finish or release one"));
   }
   for (const auto& [sequence, length] : lengths) pool.reserve(sequence, length);
+  for (const auto& [sequence, length] : lengths) pool.set_length(sequence, std::max(pool.length(sequence), length));
 
   const int64_t padded = bucket(n, b.max_batch);
   const int64_t logit_rows = bucket(std::max<int64_t>(logit_count, 1), std::min(padded, b.step_logits.rows()));

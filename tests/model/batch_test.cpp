@@ -372,7 +372,17 @@ TEST(BatchedStep, BadRowsAreClearErrors) {
   EXPECT_THROW(model.step(too_many), Error);
   const std::vector<BatchRow> two_logits = {{s, 1, 0, true}, {s, 2, 1, true}};  // sequences = 1
   EXPECT_THROW(model.step(two_logits), Error);
+  const std::vector<BatchRow> gap = {{s, 1, 1, true}};  // position 0 never written
+  EXPECT_THROW(model.step(gap), Error);
+  const std::vector<BatchRow> twice = {{s, 1, 0, false}, {s, 2, 0, true}};
+  EXPECT_THROW(model.step(twice), Error);
   EXPECT_EQ(model.kv_pool().used_blocks(), 0);
+  const std::vector<BatchRow> first = {{s, 1, 0, false}, {s, 2, 1, true}};
+  model.step(first);
+  EXPECT_EQ(model.kv_pool().length(s), 2);
+  const std::vector<BatchRow> rewrite = {{s, 3, 1, true}};  // a position again: allowed
+  model.step(rewrite);
+  EXPECT_EQ(model.kv_pool().length(s), 2);
 }
 
 // The default model: four prompts of different lengths decoded greedily together give the

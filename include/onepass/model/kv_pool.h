@@ -52,6 +52,9 @@ class KvBlockPool {
   /// (nothing allocated) when fewer blocks are free than it needs, Error when `tokens`
   /// exceeds max_tokens.
   void reserve(int32_t sequence, int64_t tokens);
+  /// Positions of the sequence written so far (LlamaModel::step sets it after each step).
+  int64_t length(int32_t sequence) const;
+  void set_length(int32_t sequence, int64_t length);
   /// The sequence's block table, in position order.
   std::span<const int32_t> block_table(int32_t sequence) const;
   /// The cache row of the sequence's position (block * block_size + offset); the
@@ -67,6 +70,7 @@ class KvBlockPool {
   std::vector<int32_t> owner_;  // per block: its sequence, -1 when free (checks release)
   std::vector<int32_t> free_;   // a stack: the most recently freed block is reused first
   std::vector<std::vector<int32_t>> tables_;  // per sequence id
+  std::vector<int64_t> lengths_;              // per sequence id
   std::vector<bool> alive_;
   std::vector<int32_t> free_ids_;
 };
