@@ -398,7 +398,13 @@ void Engine::work_batched() {
       u.text = text;
       u.prompt_tokens = last.prompt_tokens;
       u.completion_tokens = last.completion_tokens;
-      if (!q.job.on_update(u)) {
+      bool keep_going = false;
+      try {
+        keep_going = q.job.on_update(u);
+      } catch (...) {
+        // A callback that throws has gone away: its request ends, the others go on.
+      }
+      if (!keep_going) {
         last.finish = FinishReason::cancelled;
         return true;
       }
