@@ -8,6 +8,7 @@
 
 #include "onepass/core/error.h"
 #include "onepass/ops/ops.h"
+#include "onepass/ops/paged_attention.h"
 
 namespace onepass::model {
 namespace {
@@ -141,6 +142,25 @@ struct LlamaModel::Buffers {
                       DType::i32, Shape{n});
   }
   TensorView kv_length() const { return TensorView(step_dev.slice(0, 4), DType::i32, Shape{1}); }
+
+  // Batched steps (LoadOptions::sequences): the inputs of a step of R rows, i32, packed for
+  // R so that a step copies only its own bucket's bytes: ids [R], positions [R], slots
+  // [R], lengths [R], logit rows [R], block table [R, max_blocks].
+  int64_t max_blocks = 0;
+  BufferView batch_host, batch_dev;
+  TensorView step_logits;  // f32 [sequences, vocab]
+  TensorView step_argmax;  // i32 [sequences]
+  static constexpr int64_t kBatchFields = 5;
+  size_t batch_bytes(int64_t rows) const { return static_cast<size_t>(rows * (kBatchFields + max_blocks)) * 4; }
+  TensorView batch_field(int64_t rows, int64_t field) const {
+    return TensorView(batch_dev.slice(static_cast<size_t>(field * rows) * 4, static_cast<size_t>(rows) * 4),
+                      DType::i32, Shape{rows});
+  }
+  TensorView block_table(int64_t rows) const {
+    return TensorView(batch_dev.slice(static_cast<size_t>(kBatchFields * rows) * 4,
+                                      static_cast<size_t>(rows * max_blocks) * 4),
+                      DType::i32, Shape{rows, max_blocks});
+  }
 };
 
 LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& source, const LoadOptions& options)
@@ -152,6 +172,8 @@ LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& sour
   config_.validate(source_name_);
   check(options_.context > 0, "model", "context must be positive, got ", options_.context);
   check(options_.max_batch > 0, "model", "max batch must be positive, got ", options_.max_batch);
+  check(options_.sequences >= 0 && options_.kv_blocks >= 0, "model", "sequences and kv_blocks must not be negative, got ",
+        options_.sequences, " and ", options_.kv_blocks);
   check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
         "KV cache type must be f16 or f32, got ", dtype_name(options_.kv_type));
   load_weights(source);
@@ -408,7 +430,49 @@ void LlamaModel::load_weights(const ModelSource& source) {
   }
   buffers_ = std::move(buffers);
   logits_.resize(static_cast<size_t>(c.vocab_size));
+  if (options_.sequences > 0) allocate_pool();
 }
+
+// The paged KV pool of the batched steps, its caches and the step's inputs and outputs.
+void LlamaModel::allocate_pool() {
+  const LlamaConfig& c = config_;
+  Backend& b = *backend_;
+  const int64_t block_size = options_.kv_block_size;
+  check(block_size > 0, "model", "kv_block_size must be positive, got ", block_size);
+  const int64_t per_sequence = (options_.context + block_size - 1) / block_size;
+  const int64_t blocks = options_.kv_blocks > 0 ? options_.kv_blocks : options_.sequences * per_sequence;
+  pool_ = std::make_unique<KvBlockPool>(blocks, block_size, options_.context);
+  const int64_t slots = blocks * block_size;
+  const size_t cache_bytes = tensor_bytes(options_.kv_type, c.kv_heads * slots, c.head_dim);
+  BufferView caches = b.alloc(cache_bytes * 2 * static_cast<size_t>(c.layers));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const size_t base = l * 2 * cache_bytes;
+    layers_[l].k_pool =
+        TensorView(caches.slice(base, cache_bytes), options_.kv_type, Shape{c.kv_heads, slots, c.head_dim});
+    layers_[l].v_pool = TensorView(caches.slice(base + cache_bytes, cache_bytes), options_.kv_type,
+                                   Shape{c.kv_heads, slots, c.head_dim});
+  }
+  Buffers& buf = *buffers_;
+  buf.max_blocks = pool_->max_blocks();
+  const size_t bytes = buf.batch_bytes(buf.max_batch);
+  buf.batch_host = b.alloc_host_visible(bytes);
+  buf.batch_dev = b.alloc(bytes);
+  std::memset(buf.batch_host.data(), 0, bytes);
+  buf.step_logits = b.alloc_tensor(DType::f32, Shape{options_.sequences, c.vocab_size});
+  buf.step_argmax = b.alloc_tensor(DType::i32, Shape{options_.sequences});
+}
+
+KvBlockPool& LlamaModel::kv_pool() {
+  check(pool_ != nullptr, "model", "no paged KV pool: load the model with LoadOptions::sequences > 0");
+  return *pool_;
+}
+
+const KvBlockPool& LlamaModel::kv_pool() const {
+  check(pool_ != nullptr, "model", "no paged KV pool: load the model with LoadOptions::sequences > 0");
+  return *pool_;
+}
+
+int64_t LlamaModel::max_step_rows() const { return buffers_->max_batch; }
 
 size_t LlamaModel::kv_bytes_read(int64_t kv_length) const {
   return 2 * static_cast<size_t>(config_.layers) * tensor_bytes(options_.kv_type, config_.kv_heads * kv_length,
@@ -487,18 +551,26 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
   emit(s, n, decode_step, fed, false);
 }
 
-void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bool all_logits) {
+void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bool all_logits,
+                      int64_t step_logit_rows) {
   const LlamaConfig& c = config_;
   const Buffers& b = *buffers_;
+  const bool paged = step_logit_rows > 0;
   check(n >= 1 && n <= b.max_batch, "model", "batch of ", n, " tokens (1..", b.max_batch, ")");
+  check(!paged || (pool_ && !decode_step && !all_logits && step_logit_rows <= std::min(n, b.step_logits.rows())),
+        "model", "a batched step of ", n, " rows with ", step_logit_rows, " logit rows");
   check(!decode_step || n == 1, "model", "a decode step takes one token");
   check(!fed || decode_step, "model", "only a decode step takes its inputs from the previous one");
   check(!all_logits || (!decode_step && n <= b.all_logits.rows()), "model", "all-position logits of ", n,
         " tokens (a prefill chunk of at most ", b.all_logits.rows(), ")");
   const int64_t hd = c.head_dim;
-  if (!fed) ops::copy_bytes(s, b.step_host, b.step_dev);
-  const TensorView ids = b.ids(n);
-  const TensorView positions = b.positions(n);
+  if (paged) {
+    ops::copy_bytes(s, b.batch_host.slice(0, b.batch_bytes(n)), b.batch_dev.slice(0, b.batch_bytes(n)));
+  } else if (!fed) {
+    ops::copy_bytes(s, b.step_host, b.step_dev);
+  }
+  const TensorView ids = paged ? b.batch_field(n, 0) : b.ids(n);
+  const TensorView positions = paged ? b.batch_field(n, 1) : b.positions(n);
   const TensorView x = b.x.rows_slice(0, n);
   const TensorView xn = b.xn.rows_slice(0, n);
   const TensorView attn = b.attn.rows_slice(0, n);
@@ -564,7 +636,13 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
       ops::rms_norm(s, k.reshaped(Shape{n * c.kv_heads, hd}), w.k_norm, k.reshaped(Shape{n * c.kv_heads, hd}),
                     c.norm_eps);
     }
-    if (options_.fused_ops) {
+    if (paged) {
+      // RoPE at the tokens' positions; K and V into the pool at their slots.
+      ops::rope(s, q, q, positions, rope);
+      ops::rope(s, k, k, positions, rope);
+      ops::kv_write(s, k, w.k_pool, b.batch_field(n, 2));
+      ops::kv_write(s, v, w.v_pool, b.batch_field(n, 2));
+    } else if (options_.fused_ops) {
       ops::RopeParams layer_rope = rope;
       if (decode_step) {
         const size_t base = rope.theta == c.rope_theta ? 0 : 1;
@@ -579,7 +657,10 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
       ops::kv_write(s, k, w.k_cache, positions);
       ops::kv_write(s, v, w.v_cache, positions);
     }
-    if (decode_step) {
+    if (paged) {
+      ops::paged_attention(s, q, w.k_pool, w.v_pool, b.block_table(n), b.batch_field(n, 3),
+                           attn.reshaped(Shape{n, c.heads, hd}), pool_->block_size(), attention);
+    } else if (decode_step) {
       // The attention's DRAM traffic is small: it requests the start of the gate/up
       // weights into L2 meanwhile (LoadOptions::l2_prefetch_bytes).
       BufferView prefetch;
@@ -644,6 +725,24 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
     run_linear(s, xn, output_, logits);
     if (c.final_softcap > 0) ops::softcap(s, logits, c.final_softcap, logits);
     s.keep(logits);
+    return;
+  }
+  if (paged) {
+    // The rows that need logits, gathered by index before the final norm and the LM head.
+    const TensorView chosen = b.proj.rows_slice(0, step_logit_rows);
+    const TensorView chosen_norm = b.xn.rows_slice(0, step_logit_rows);
+    const TensorView logits = b.step_logits.rows_slice(0, step_logit_rows);
+    const TensorView argmax(b.step_argmax.view.slice(0, static_cast<size_t>(step_logit_rows) * 4), DType::i32,
+                            Shape{step_logit_rows});
+    const TensorView logit_rows(b.batch_field(n, 4).view.slice(0, static_cast<size_t>(step_logit_rows) * 4),
+                                DType::i32, Shape{step_logit_rows});
+    ops::embedding(s, x, logit_rows, chosen);
+    ops::rms_norm(s, chosen, output_norm_, chosen_norm, c.norm_eps);
+    run_linear(s, chosen_norm, output_, logits);
+    if (c.final_softcap > 0) ops::softcap(s, logits, c.final_softcap, logits);
+    ops::argmax(s, logits, argmax);
+    s.keep(logits);
+    s.keep(argmax);
     return;
   }
   // Only the last token's logits are needed.
@@ -841,6 +940,142 @@ std::vector<int32_t> LlamaModel::decode_greedy_run(int32_t token, int64_t count)
   buffers_->history.view.slice(static_cast<size_t>(first + 1) * 4, static_cast<size_t>(count) * 4)
       .read(out.data(), static_cast<size_t>(count) * 4);
   return out;
+}
+
+}  // namespace onepass::model
+
+namespace onepass::model {
+namespace {
+
+// The smallest power of two >= n, capped at `most`: the row counts of recorded steps.
+int64_t bucket(int64_t n, int64_t most) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return std::min(b, most);
+}
+
+}  // namespace
+
+CapturedGraph& LlamaModel::step_graph(int64_t rows, int64_t logit_rows) {
+  auto found = std::find_if(step_graphs_.begin(), step_graphs_.end(), [&](const StepGraph& g) {
+    return g.rows == rows && g.logit_rows == logit_rows;
+  });
+  if (found != step_graphs_.end()) return *found->graph;
+  GraphSession s = executor_.begin_recorded();
+  emit(s, rows, false, false, false, logit_rows);
+  step_graphs_.push_back({rows, logit_rows, std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture)});
+  return *step_graphs_.back().graph;
+}
+
+BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logits) {
+  KvBlockPool& pool = kv_pool();
+  const Buffers& b = *buffers_;
+  const auto n = static_cast<int64_t>(rows.size());
+  check(n >= 1 && n <= b.max_batch, "model", "a batched step of ", n, " rows; expected 1..", b.max_batch,
+        " (LoadOptions::max_batch)");
+  // Check every row, and the positions each sequence must hold, before anything changes.
+  std::vector<std::pair<int32_t, int64_t>> lengths;  // (sequence, positions it must hold)
+  std::vector<std::pair<int32_t, int32_t>> written;  // (sequence, position) of every row
+  int64_t logit_count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const BatchRow& r = rows[static_cast<size_t>(i)];
+    check(pool.has_sequence(r.sequence), "model", "row ", i, " of a batched step: sequence ", r.sequence,
+          " is not in the KV pool (add it with kv_pool().add_sequence())");
+    check(r.token >= 0 && r.token < config_.vocab_size, "model", "row ", i, " of a batched step: token id ", r.token,
+          " outside the vocabulary (", config_.vocab_size, ")");
+    check(r.position >= 0 && r.position < options_.context, "model", "row ", i, " of a batched step: position ",
+          r.position, " outside the context of ", options_.context, " (use --ctx to enlarge it)");
+    if (r.logits) ++logit_count;
+    written.emplace_back(r.sequence, r.position);
+    auto it = std::find_if(lengths.begin(), lengths.end(), [&](const auto& e) { return e.first == r.sequence; });
+    if (it == lengths.end()) {
+      lengths.emplace_back(r.sequence, r.position + 1);
+    } else {
+      it->second = std::max<int64_t>(it->second, r.position + 1);
+    }
+  }
+  // Each sequence's rows are distinct, consecutive positions that continue (or rewrite) what
+  // its cache holds: a gap would attend to positions never written.
+  std::sort(written.begin(), written.end());
+  for (size_t i = 0; i < written.size(); ++i) {
+    const auto [sequence, position] = written[i];
+    const bool first = i == 0 || written[i - 1].first != sequence;
+    if (first) {
+      check(position <= pool.length(sequence), "model", "a batched step starts sequence ", sequence, " at position ",
+            position, " but its cache holds ", pool.length(sequence), " positions; expected rows from at most ",
+            pool.length(sequence));
+    } else {
+      check(position == written[i - 1].second + 1, "model", "a batched step has positions ", written[i - 1].second,
+            " and ", position, " of sequence ", sequence, "; expected distinct consecutive positions");
+    }
+  }
+  check(logit_count <= b.step_logits.rows(), "model", "a batched step asks for ", logit_count,
+        " rows of logits; at most ", b.step_logits.rows(), " (LoadOptions::sequences)");
+  // The blocks of all sequences, or none.
+  int64_t needed = 0;
+  for (const auto& [sequence, length] : lengths) needed += pool.blocks_needed(sequence, length);
+  if (needed > pool.free_blocks()) {
+    throw KvPoolFull("model", cat("KV pool full: a batched step of ", n, " rows needs ", needed, " more blocks, ",
+                                  pool.free_blocks(), " of ", pool.blocks(),
+                                  " are free; wait for a sequence to finish or release one"));
+  }
+  for (const auto& [sequence, length] : lengths) pool.reserve(sequence, length);
+  for (const auto& [sequence, length] : lengths) pool.set_length(sequence, std::max(pool.length(sequence), length));
+
+  const int64_t padded = bucket(n, b.max_batch);
+  const int64_t logit_rows = bucket(std::max<int64_t>(logit_count, 1), std::min(padded, b.step_logits.rows()));
+  auto* in = static_cast<int32_t*>(b.batch_host.data());
+  int32_t* ids = in;
+  int32_t* positions = in + padded;
+  int32_t* slots = in + 2 * padded;
+  int32_t* kv_lengths = in + 3 * padded;
+  int32_t* logit_index = in + 4 * padded;
+  int32_t* tables = in + Buffers::kBatchFields * padded;
+  int64_t next_logit = 0;
+  for (int64_t i = 0; i < padded; ++i) {
+    if (i >= n) {  // padding: writes no cache row, attends to nothing
+      ids[i] = 0;
+      positions[i] = 0;
+      slots[i] = -1;
+      kv_lengths[i] = 0;
+      continue;
+    }
+    const BatchRow& r = rows[static_cast<size_t>(i)];
+    ids[i] = r.token;
+    positions[i] = r.position;
+    slots[i] = pool.slot(r.sequence, r.position);
+    kv_lengths[i] = r.position + 1;
+    const std::span<const int32_t> table = pool.block_table(r.sequence);
+    std::copy(table.begin(), table.end(), tables + i * b.max_blocks);
+    if (r.logits) logit_index[next_logit++] = static_cast<int32_t>(i);
+  }
+  for (int64_t i = next_logit; i < logit_rows; ++i) logit_index[i] = 0;
+
+  if (options_.replay) {
+    step_graph(padded, logit_rows).run();
+  } else {
+    GraphSession s = executor_.begin_recorded();
+    emit(s, padded, false, false, false, logit_rows);
+    s.finish({.fuse = true, .encoding = Encoding::dataflow});
+  }
+
+  const auto vocab = static_cast<size_t>(config_.vocab_size);
+  const auto count = static_cast<size_t>(logit_count);
+  step_argmax_.resize(count);
+  if (count > 0) b.step_argmax.view.read(step_argmax_.data(), count * 4);
+  BatchResult result;
+  result.argmax = step_argmax_;
+  if (download_logits && count > 0) {
+    step_logits_.resize(count * vocab);
+    b.step_logits.view.read(step_logits_.data(), step_logits_.size() * 4);
+    for (size_t i = 0; i < step_logits_.size(); ++i) {
+      if (std::isfinite(step_logits_[i])) continue;
+      fail("model", source_name_, ": the logits of row ", i / vocab, " of a batched step hold NaN or Inf (token ",
+           i % vocab, "); the weights likely contain NaN or Inf values, expected finite logits");
+    }
+    result.logits = step_logits_;
+  }
+  return result;
 }
 
 }  // namespace onepass::model

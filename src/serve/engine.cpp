@@ -82,6 +82,8 @@ struct Engine::State {
   uint64_t next_id = 1;
   uint64_t running_id = 0;       // 0: none
   bool cancel_running = false;
+  std::vector<uint64_t> running_batch;     // parallel > 1: the requests generating
+  std::vector<uint64_t> cancel_requested;  // parallel > 1: running requests to cancel
   bool stopping = false;         // no more submits
   bool drain = true;             // finish the queue before the worker exits
   EngineStats stats;
@@ -91,13 +93,38 @@ struct Engine::State {
 Engine::Engine(model::LlamaModel& model, const Tokenizer& tokenizer, EngineOptions options)
     : state_(std::make_unique<State>()) {
   check(options.queue_limit >= 0, "engine", "queue_limit must be >= 0, got ", options.queue_limit);
+  check(options.parallel >= 1, "engine", "parallel must be >= 1, got ", options.parallel);
+  check(options.prefill_chunk >= 1, "engine", "prefill_chunk must be >= 1, got ", options.prefill_chunk);
+  if (options.parallel > 1) {
+    check(model.max_sequences() >= options.parallel, "engine", "parallel ", options.parallel,
+          " needs a model loaded with LoadOptions::sequences >= ", options.parallel, " (it has ",
+          model.max_sequences(), ")");
+    check(model.max_step_rows() >= options.parallel, "engine", "parallel ", options.parallel,
+          " needs a model loaded with LoadOptions::max_batch >= ", options.parallel, " (it has ",
+          model.max_step_rows(), ")");
+    // A request alone must be able to reach the whole context, whatever the others hold.
+    const model::KvBlockPool& pool = model.kv_pool();
+    check(pool.blocks() >= pool.max_blocks(), "engine", "the KV pool's ", pool.blocks(), " blocks of ",
+          pool.block_size(), " positions hold less than one context of ", model.context(), " tokens");
+  }
   check(tokenizer.vocab_size() <= model.config().vocab_size, "engine", "the tokenizer has ",
         tokenizer.vocab_size(), " tokens but the model only ", model.config().vocab_size);
   state_->model = &model;
   state_->tokenizer = &tokenizer;
   state_->options = options;
   state_->stats.kv_capacity = model.context();
-  state_->worker = std::thread([this] { work(); });
+  if (options.parallel > 1) {
+    const model::KvBlockPool& pool = model.kv_pool();
+    state_->stats.kv_capacity = pool.blocks() * pool.block_size();
+    state_->stats.kv_blocks_total = pool.blocks();
+  }
+  state_->worker = std::thread([this] {
+    if (state_->options.parallel > 1) {
+      work_batched();
+    } else {
+      work();
+    }
+  });
 }
 
 Engine::~Engine() { shutdown(false); }
@@ -139,6 +166,10 @@ void Engine::cancel(uint64_t id) {
       state_->cancel_running = true;
       return;
     }
+    if (std::find(state_->running_batch.begin(), state_->running_batch.end(), id) != state_->running_batch.end()) {
+      state_->cancel_requested.push_back(id);
+      return;
+    }
     const auto it = std::find_if(state_->queue.begin(), state_->queue.end(),
                                  [id](const Job& j) { return j.id == id; });
     if (it == state_->queue.end()) return;
@@ -156,7 +187,8 @@ EngineStats Engine::stats() const {
   std::lock_guard lock(state_->mutex);
   EngineStats s = state_->stats;
   s.queued = static_cast<int64_t>(state_->queue.size());
-  s.running = state_->running_id != 0 ? 1 : 0;
+  s.running = state_->options.parallel > 1 ? static_cast<int64_t>(state_->running_batch.size())
+                                           : (state_->running_id != 0 ? 1 : 0);
   return s;
 }
 
@@ -302,6 +334,264 @@ void Engine::work() {
     } catch (...) {
       // A callback that throws on the last update has nobody left to tell.
     }
+  }
+}
+
+// ---- continuous batching (parallel > 1) -----------------------------------------------
+
+// A request generating in the batch. tokens holds the prompt and the tokens sampled so far;
+// the first in_cache of them are in the KV pool, the rest (the prompt's unprefilled part,
+// or the last sampled token) go into the next steps.
+struct Engine::Sequence {
+  Job job;
+  uint64_t admitted = 0;  // admission order: the newest is preempted first
+  int32_t kv = -1;        // its KV-pool sequence, -1 while it holds no blocks
+  std::vector<int32_t> tokens;
+  size_t in_cache = 0;
+  model::Sampler sampler;
+  Detokenizer detokenizer;
+  StopMatcher stops;
+  bool device_greedy;     // greedy without a penalty: the step's argmax, no logits download
+  Update last;
+  bool finished = false;
+
+  Sequence(Job j, uint64_t order, const Tokenizer& tokenizer)
+      : job(std::move(j)),
+        admitted(order),
+        tokens(job.request.prompt),
+        sampler(job.request.sampling),
+        detokenizer(tokenizer, {.render_special = false, .strip_space_prefix = false}),
+        stops(job.request.stop),
+        device_greedy(job.request.sampling.greedy() && !job.request.sampling.penalizes()) {
+    sampler.remember(job.request.prompt);
+    last.done = true;
+    last.prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
+  }
+  size_t pending() const { return tokens.size() - in_cache; }
+};
+
+void Engine::work_batched() {
+  State& s = *state_;
+  model::LlamaModel& llama = *s.model;
+  model::KvBlockPool& pool = llama.kv_pool();
+  const auto parallel = static_cast<size_t>(s.options.parallel);
+  const auto max_rows = static_cast<size_t>(llama.max_step_rows());
+  std::vector<std::unique_ptr<Sequence>> active;
+  uint64_t admitted = 0;
+
+  // Takes a sampled token into the sequence's text; true when the request ends
+  // (last.finish says why).
+  auto accept = [&](Sequence& q, int32_t next) {
+    Update& last = q.last;
+    if (s.tokenizer->is_end_of_generation(next)) {
+      last.finish = FinishReason::stop;
+      return true;
+    }
+    ++last.completion_tokens;
+    {
+      std::lock_guard lock(s.mutex);
+      ++s.stats.completion_tokens;
+    }
+    const std::string text = q.stops.push(q.detokenizer.push(next));
+    if (!text.empty()) {
+      Update u;
+      u.text = text;
+      u.prompt_tokens = last.prompt_tokens;
+      u.completion_tokens = last.completion_tokens;
+      bool keep_going = false;
+      try {
+        keep_going = q.job.on_update(u);
+      } catch (...) {
+        // A callback that throws has gone away: its request ends, the others go on.
+      }
+      if (!keep_going) {
+        last.finish = FinishReason::cancelled;
+        return true;
+      }
+    }
+    if (q.stops.stopped()) {
+      last.finish = FinishReason::stop;
+      return true;
+    }
+    // The cache holds every token but `next`; decoding it needs one more position.
+    if (last.completion_tokens >= q.job.request.max_tokens || static_cast<int64_t>(q.in_cache) >= llama.context()) {
+      last.finish = FinishReason::length;
+      return true;
+    }
+    q.tokens.push_back(next);
+    return false;
+  };
+  auto release = [&](Sequence& q) {
+    if (q.kv >= 0) pool.release(q.kv);
+    q.kv = -1;
+    q.in_cache = 0;
+  };
+  // Ends a request: its blocks back to the pool, the counters, its last update.
+  auto finish = [&](Sequence& q) {
+    release(q);
+    q.finished = true;
+    if (q.last.finish != FinishReason::cancelled && q.last.finish != FinishReason::error) {
+      std::string rest = q.stops.push(q.detokenizer.flush());
+      if (!q.stops.stopped()) rest += q.stops.flush();
+      q.last.text = std::move(rest);
+    }
+    {
+      std::lock_guard lock(s.mutex);
+      std::erase(s.running_batch, q.job.id);
+      std::erase(s.cancel_requested, q.job.id);
+      s.stats.kv_blocks_used = pool.used_blocks();
+      switch (q.last.finish) {
+        case FinishReason::stop:
+        case FinishReason::length: ++s.stats.requests_finished; break;
+        case FinishReason::cancelled: ++s.stats.requests_cancelled; break;
+        case FinishReason::error: ++s.stats.requests_failed; break;
+      }
+    }
+    try {
+      q.job.on_update(q.last);
+    } catch (...) {
+      // A callback that throws on the last update has nobody left to tell.
+    }
+  };
+
+  for (;;) {
+    // Admit queued requests while sequences and blocks allow; note cancellations.
+    {
+      std::unique_lock lock(s.mutex);
+      if (active.empty()) {
+        s.wake.wait(lock, [&] { return !s.queue.empty() || s.stopping; });
+        if (s.queue.empty() || (s.stopping && !s.drain)) return;
+      }
+      if (s.stopping && !s.drain) {
+        for (auto& q : active) s.cancel_requested.push_back(q->job.id);
+      }
+      // Blocks the admitted but unprefilled requests will take.
+      int64_t promised = 0;
+      for (const auto& q : active) {
+        if (q->kv < 0) promised += pool.blocks_for(static_cast<int64_t>(q->tokens.size()) + 1);
+      }
+      while (active.size() < parallel && !s.queue.empty() && !(s.stopping && !s.drain)) {
+        const int64_t blocks = pool.blocks_for(static_cast<int64_t>(s.queue.front().request.prompt.size()) + 1);
+        if (!active.empty() && promised + blocks > pool.free_blocks()) break;
+        promised += blocks;
+        Job job = std::move(s.queue.front());
+        s.queue.pop_front();
+        s.stats.prompt_tokens += job.request.prompt.size();
+        s.running_batch.push_back(job.id);
+        active.push_back(std::make_unique<Sequence>(std::move(job), admitted++, *s.tokenizer));
+      }
+      for (auto& q : active) {
+        if (std::find(s.cancel_requested.begin(), s.cancel_requested.end(), q->job.id) != s.cancel_requested.end()) {
+          q->last.finish = FinishReason::cancelled;
+          q->finished = true;
+        }
+      }
+    }
+    for (auto& q : active) {
+      if (q->finished) finish(*q);
+    }
+    std::erase_if(active, [](const auto& q) { return q->finished; });
+    if (active.empty()) continue;
+
+    // Decode rows first: while they need more blocks than are free, the newest sequence
+    // holding blocks gives them up, to be prefilled again (prompt and text so far) later.
+    auto decode_blocks = [&] {
+      int64_t n = 0;
+      for (const auto& q : active) {
+        if (q->kv >= 0 && q->pending() == 1) n += pool.blocks_needed(q->kv, static_cast<int64_t>(q->in_cache) + 1);
+      }
+      return n;
+    };
+    auto preempt_newest = [&] {
+      Sequence* newest = nullptr;
+      for (auto& q : active) {
+        if (q->kv >= 0 && (!newest || q->admitted > newest->admitted)) newest = q.get();
+      }
+      if (!newest) return;
+      release(*newest);
+      std::lock_guard lock(s.mutex);
+      ++s.stats.preemptions;
+    };
+    while (decode_blocks() > pool.free_blocks()) preempt_newest();
+    std::vector<model::BatchRow> rows;
+    std::vector<Sequence*> with_logits;
+    int64_t free_blocks = pool.free_blocks();
+    auto add_rows = [&](Sequence& q, size_t n) {
+      for (size_t j = 0; j < n; ++j) {
+        const size_t position = q.in_cache + j;
+        const bool logits = position + 1 == q.tokens.size();
+        rows.push_back({q.kv, q.tokens[position], static_cast<int32_t>(position), logits});
+        if (logits) with_logits.push_back(&q);
+      }
+    };
+    for (auto& q : active) {
+      if (q->kv < 0 || q->pending() != 1 || rows.size() >= max_rows) continue;
+      free_blocks -= pool.blocks_needed(q->kv, static_cast<int64_t>(q->in_cache) + 1);
+      add_rows(*q, 1);
+    }
+    // Prompt chunks (oldest first) in the rows and blocks left.
+    for (auto& q : active) {
+      if ((q->kv >= 0 && q->pending() == 1) || rows.size() >= max_rows) continue;
+      const int64_t have = q->kv >= 0 ? pool.capacity(q->kv) : 0;
+      const int64_t room = have - static_cast<int64_t>(q->in_cache) + free_blocks * pool.block_size();
+      const size_t n = std::min({q->pending(), static_cast<size_t>(s.options.prefill_chunk), max_rows - rows.size(),
+                                 static_cast<size_t>(std::max<int64_t>(room, 0))});
+      if (n == 0) continue;
+      if (q->kv < 0) q->kv = pool.add_sequence();
+      free_blocks -= pool.blocks_needed(q->kv, static_cast<int64_t>(q->in_cache + n));
+      add_rows(*q, n);
+    }
+    if (rows.empty()) {
+      // Prompts that hold blocks but cannot grow: the newest gives its blocks up.
+      preempt_newest();
+      continue;
+    }
+
+    bool download = false;
+    for (const Sequence* q : with_logits) download = download || !q->device_greedy;
+    model::BatchResult result;
+    try {
+      result = llama.step(rows, download);
+    } catch (const model::KvPoolFull&) {
+      // The plan above fits the free blocks; should the pool disagree, make room and retry.
+      preempt_newest();
+      continue;
+    } catch (const std::exception& e) {
+      // The model failed: every request of the step ends with the error.
+      for (auto& q : active) {
+        if (std::none_of(rows.begin(), rows.end(), [&](const model::BatchRow& r) { return r.sequence == q->kv; })) {
+          continue;
+        }
+        q->last.finish = FinishReason::error;
+        q->last.error = e.what();
+        finish(*q);
+      }
+      std::erase_if(active, [](const auto& q) { return q->finished; });
+      continue;
+    }
+    for (const model::BatchRow& r : rows) {
+      for (auto& q : active) {
+        if (q->kv == r.sequence) {
+          q->in_cache = std::max(q->in_cache, static_cast<size_t>(r.position) + 1);
+          break;
+        }
+      }
+    }
+    {
+      std::lock_guard lock(s.mutex);
+      s.stats.batch_rows = static_cast<int64_t>(rows.size());
+      s.stats.kv_blocks_used = pool.used_blocks();
+      int64_t in_cache = 0;
+      for (const auto& q : active) in_cache += static_cast<int64_t>(q->in_cache);
+      s.stats.kv_tokens = in_cache;
+    }
+    const auto vocab = static_cast<size_t>(llama.config().vocab_size);
+    for (size_t k = 0; k < with_logits.size(); ++k) {
+      Sequence& q = *with_logits[k];
+      const int32_t next = q.device_greedy ? result.argmax[k] : q.sampler.sample(result.logits.subspan(k * vocab, vocab));
+      if (accept(q, next)) finish(q);
+    }
+    std::erase_if(active, [](const auto& q) { return q->finished; });
   }
 }
 

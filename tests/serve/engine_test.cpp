@@ -71,8 +71,9 @@ struct TinyModel {
   std::unique_ptr<model::ModelSource> source = model::make_random_source(tiny_config(), DType::f32, 7);
   Tokenizer tokenizer{synthesize_bpe_vocab(300, "gpt2", 1)};
   model::LlamaModel llama;
-  explicit TinyModel(int64_t context = 64)
-      : llama(backend, *source, model::LoadOptions{.context = context, .max_batch = 16}) {}
+  explicit TinyModel(int64_t context = 64, int64_t sequences = 0, int64_t kv_blocks = 0)
+      : llama(backend, *source,
+              model::LoadOptions{.context = context, .max_batch = 16, .sequences = sequences, .kv_blocks = kv_blocks}) {}
 };
 
 // Collects a request's updates.
@@ -294,6 +295,111 @@ TEST(Engine, ManyThreadsSubmittingAllFinishWithTheirOwnText) {
     EXPECT_EQ(c->text, want);
   }
   EXPECT_EQ(engine.stats().requests_finished, 8u);
+}
+
+// ---- continuous batching (parallel > 1) -------------------------------------------------
+
+std::string greedy_text(TinyModel& m, const std::vector<int32_t>& prompt, int64_t n) {
+  return m.tokenizer.decode(greedy_by_hand(m.llama, m.tokenizer, prompt, n),
+                            {.render_special = false, .strip_space_prefix = false});
+}
+
+std::vector<int32_t> prompt_of(int i) {
+  std::vector<int32_t> p;
+  for (int j = 0; j <= i % 7; ++j) p.push_back(static_cast<int32_t>(1 + (i * 37 + j * 11) % 290));
+  return p;
+}
+
+// 16 concurrent requests of different prompts, 4 at a time: each gets the text the model
+// gives its prompt alone; a greedy request alone in the engine gets the same text as in
+// the full batch.
+TEST(EngineParallel, SixteenRequestsFourAtATimeAllGetTheirOwnText) {
+  TinyModel m(64, 4);
+  std::vector<std::string> want;
+  for (int i = 0; i < 16; ++i) want.push_back(greedy_text(m, prompt_of(i), 12));
+  Engine engine(m.llama, m.tokenizer, EngineOptions{.parallel = 4, .prefill_chunk = 3});
+  Collector alone;
+  engine.submit(Request{.prompt = prompt_of(5), .max_tokens = 12}, alone.callback());
+  alone.wait();
+  EXPECT_EQ(alone.text, want[5]);
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < 16; ++i) collectors.push_back(std::make_unique<Collector>());
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      engine.submit(Request{.prompt = prompt_of(i), .max_tokens = 12}, collectors[static_cast<size_t>(i)]->callback());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    collectors[static_cast<size_t>(i)]->wait();
+    EXPECT_EQ(collectors[static_cast<size_t>(i)]->text, want[static_cast<size_t>(i)]) << "request " << i;
+  }
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.requests_finished, 17u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.kv_blocks_total, 4 * 4);  // 4 sequences x 64 positions / 16
+  EXPECT_GT(s.batch_rows, 0);
+  EXPECT_EQ(s.running, 0);
+}
+
+// A pool of fewer blocks than the running requests need: the newest gives its blocks up and
+// is recomputed later, and every request still gets its own text.
+TEST(EngineParallel, SmallPoolPreemptsAndRecomputes) {
+  TinyModel m(64, 4, /*kv_blocks=*/5);
+  std::vector<std::string> want;
+  for (int i = 0; i < 6; ++i) want.push_back(greedy_text(m, prompt_of(i), 40));
+  Engine engine(m.llama, m.tokenizer, EngineOptions{.parallel = 4});
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < 6; ++i) {
+    collectors.push_back(std::make_unique<Collector>());
+    engine.submit(Request{.prompt = prompt_of(i), .max_tokens = 40}, collectors.back()->callback());
+  }
+  for (int i = 0; i < 6; ++i) {
+    collectors[static_cast<size_t>(i)]->wait();
+    EXPECT_EQ(collectors[static_cast<size_t>(i)]->text, want[static_cast<size_t>(i)]) << "request " << i;
+  }
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.requests_finished, 6u);
+  EXPECT_GT(s.preemptions, 0u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+}
+
+TEST(EngineParallel, CancelFreesTheBlocksAndOthersContinue) {
+  TinyModel m(64, 2);
+  const std::string want = greedy_text(m, {9, 8, 7}, 20);
+  Engine engine(m.llama, m.tokenizer, EngineOptions{.parallel = 2});
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  Collector a, b;
+  auto a_cb = a.callback();
+  const uint64_t id = engine.submit(Request{.prompt = {1, 2, 3}, .max_tokens = 50}, [&](const Update& u) {
+    started = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return a_cb(u);
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(engine.stats().running, 1);
+  EXPECT_GT(engine.stats().kv_blocks_used, 0);
+  engine.cancel(id);
+  release = true;
+  EXPECT_EQ(a.wait().finish, FinishReason::cancelled);
+  EXPECT_LT(a.updates.back().completion_tokens, 50);
+  engine.submit(Request{.prompt = {9, 8, 7}, .max_tokens = 20}, b.callback());
+  b.wait();
+  EXPECT_EQ(b.text, want);
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.requests_cancelled, 1u);
+}
+
+TEST(EngineParallel, NeedsAModelWithAPool) {
+  TinyModel single;
+  EXPECT_THROW(Engine(single.llama, single.tokenizer, EngineOptions{.parallel = 2}), Error);
+  TinyModel two(64, 2);
+  EXPECT_THROW(Engine(two.llama, two.tokenizer, EngineOptions{.parallel = 3}), Error);
+  TinyModel small_pool(64, 2, /*kv_blocks=*/3);  // less than one context of 4 blocks
+  EXPECT_THROW(Engine(small_pool.llama, small_pool.tokenizer, EngineOptions{.parallel = 2}), Error);
 }
 
 }  // namespace

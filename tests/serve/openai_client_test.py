@@ -3,6 +3,8 @@
 raw HTTP: completions and chat (plain and streamed), stop strings, errors as 400 with a JSON
 body while the server keeps serving, 503 + Retry-After when the queue is full, a client that
 disconnects cancels its request, /health, /metrics, /v1/models, and SIGTERM drains and exits 0.
+With --parallel 4 (continuous batching): 16 concurrent clients all complete, and a greedy
+request gets the same text alone and in a full batch.
 
   openai_client_test.py ONEPASS_BINARY MODEL.gguf
 Exits 77 (skipped) when the openai package or the model is missing.
@@ -212,6 +214,59 @@ class Serve(unittest.TestCase):
         self.assertEqual(result.get("status"), 200)
         self.assertEqual(json.loads(result["body"])["usage"]["completion_tokens"], 24)
         self.assertEqual(self.proc.wait(timeout=30), 0)
+
+
+class ServeParallel(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import openai
+        cls.proc, cls.port, cls.log = start_server("--parallel", "4")
+        cls.client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % cls.port, api_key="unused",
+                                   max_retries=0, timeout=300)
+        cls.model = cls.client.models.list().data[0].id
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.proc.poll() is None:
+            cls.proc.send_signal(signal.SIGTERM)
+            cls.proc.wait(timeout=60)
+
+    def complete(self, prompt, stream=False):
+        r = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=16, temperature=0,
+                                           stream=stream)
+        return "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
+
+    def test_sixteen_concurrent_clients_and_the_same_greedy_text_alone_and_batched(self):
+        prompt = "The capital of France is"
+        alone = self.complete(prompt)
+        self.assertIn("Paris", alone)
+        prompts = [prompt if i % 4 == 0 else "Question %d: name a colour. Answer:" % i for i in range(16)]
+        results = [None] * 16
+
+        def run(i):
+            try:
+                results[i] = self.complete(prompts[i], stream=i % 2 == 1)
+            except Exception as e:  # noqa: BLE001 - reported below
+                results[i] = e
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 30
+        running = 0
+        while time.time() < deadline and running < 2:
+            running = metric(self.port, "running_requests")
+            time.sleep(0.02)
+        self.assertGreaterEqual(running, 2)  # requests did run together
+        self.assertEqual(raw(self.port, "GET", "/health")[0], 200)
+        for t in threads:
+            t.join(300)
+        for i, r in enumerate(results):
+            self.assertIsInstance(r, str, "request %d: %r" % (i, r))
+        for i in range(0, 16, 4):
+            self.assertEqual(results[i], alone, "request %d in the batch" % i)
+        self.assertEqual(metric(self.port, "kv_blocks_used"), 0)
+        self.assertGreater(metric(self.port, "kv_blocks_total"), 0)
 
 
 def main():

@@ -32,6 +32,7 @@ struct BenchArgs {
   std::string prefill = "512";
   std::string decode = "128";
   std::string threads = "0";
+  std::string parallel;  // --parallel: comma list of batch sizes (empty: one sequence)
   int reps = 3;
   int64_t batch = model::LoadOptions{}.max_batch;
   int64_t steps_per_graph = model::LoadOptions{}.fed_steps_per_graph;
@@ -317,6 +318,154 @@ void print_text(const BenchHeader& h, const std::vector<BenchRow>& rows, int rep
   }
 }
 
+// --parallel B: B sequences decoded together by batched steps over the paged KV pool, the
+// workload of llama-batched-bench -npp P -ntg N -npl B: B prompts of P random tokens
+// prefilled (in steps of up to --batch rows), then N steps of B decode rows each. Rates are
+// aggregate over the batch.
+struct ParallelRow {
+  int threads = 0;
+  int64_t sequences = 0;
+  int64_t prefill = 0;
+  int64_t decode = 0;
+  std::vector<double> prefill_rates, decode_rates, total_rates;
+};
+
+int run_parallel_bench(const BenchArgs& args, const std::string& output) {
+  const char* where = "bench";
+  const std::vector<int64_t> batches = parse_list(args.parallel, "--parallel", 1, 4096);
+  const std::vector<int64_t> prefills = parse_list(args.prefill, "-p/--prefill", 1, int64_t{1} << 20);
+  const std::vector<int64_t> decodes = parse_list(args.decode, "-n/--decode", 1, int64_t{1} << 20);
+  const std::vector<int64_t> thread_counts = parse_list(args.threads, "-t/--threads", 0, 1024);
+  check(args.reps >= 1, where, "-r/--reps must be at least 1, got ", args.reps);
+  const BackendChoice choice = parse_backend_choice(args.backend);
+  const std::filesystem::path path = resolve_model(args.model, where);
+  const std::unique_ptr<model::ModelSource> source = model::open_model(path);
+  const model::LlamaConfig& config = source->config();
+  const bool quiet = output != "text";
+  const int64_t most = *std::max_element(batches.begin(), batches.end());
+  ProgressLine progress;
+  auto show = [&](const std::string& text) {
+    if (!quiet) progress.show(text, true);
+  };
+  std::vector<ParallelRow> rows;
+  std::string backend_label, device;
+  for (const int64_t threads : thread_counts) {
+    const std::shared_ptr<Backend> backend = make_backend(choice, backend_options(threads, where));
+    const bool cpu = backend->kind() == BackendKind::cpu;
+    backend_label = backend_name(backend->kind());
+    device = cpu ? cat("cpu (", backend->info().threads, " threads)") : describe_device(*backend);
+    model::LoadOptions load;
+    load.context = *std::max_element(prefills.begin(), prefills.end()) +
+                   *std::max_element(decodes.begin(), decodes.end()) + 1;
+    load.max_batch = std::max(args.batch, most);  // a decode step of every sequence in one step
+    load.sequences = most;
+    load.progress = [&](double fraction, const std::string& name) {
+      if (!quiet) progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
+    };
+    model::LlamaModel llama(backend, *source, load);
+    model::KvBlockPool& pool = llama.kv_pool();
+    const auto max_rows = static_cast<size_t>(llama.max_step_rows());
+    std::mt19937_64 rng(1234);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab_size - 1));
+    // One run: prefill then decode; returns their seconds.
+    auto run = [&](int64_t batch, int64_t prefill, int64_t decode) {
+      std::vector<int32_t> sequences;
+      std::vector<model::BatchRow> rows_of_prompts;
+      for (int64_t b = 0; b < batch; ++b) {
+        sequences.push_back(pool.add_sequence());
+        for (int64_t i = 0; i < prefill; ++i) {
+          rows_of_prompts.push_back({sequences.back(), pick(rng), static_cast<int32_t>(i), i + 1 == prefill});
+        }
+      }
+      std::vector<int32_t> next;
+      const double t0 = now_seconds();
+      for (size_t first = 0; first < rows_of_prompts.size(); first += max_rows) {
+        const size_t n = std::min(max_rows, rows_of_prompts.size() - first);
+        const model::BatchResult r = llama.step(std::span(rows_of_prompts).subspan(first, n), false);
+        next.insert(next.end(), r.argmax.begin(), r.argmax.end());
+      }
+      const double t1 = now_seconds();
+      std::vector<model::BatchRow> step(static_cast<size_t>(batch));
+      for (int64_t i = 0; i < decode; ++i) {
+        for (int64_t b = 0; b < batch; ++b) {
+          step[static_cast<size_t>(b)] = {sequences[static_cast<size_t>(b)], next[static_cast<size_t>(b)],
+                                          static_cast<int32_t>(prefill + i), true};
+        }
+        const model::BatchResult r = llama.step(step, false);
+        std::copy(r.argmax.begin(), r.argmax.end(), next.begin());
+      }
+      const double t2 = now_seconds();
+      for (const int32_t sequence : sequences) pool.release(sequence);
+      return std::pair<double, double>(t1 - t0, t2 - t1);
+    };
+    for (const int64_t batch : batches) {
+      for (const int64_t prefill : prefills) {
+        for (const int64_t decode : decodes) {
+          ParallelRow row;
+          row.threads = cpu ? backend->info().threads : static_cast<int>(threads);
+          row.sequences = batch;
+          row.prefill = prefill;
+          row.decode = decode;
+          // Warm-up: records the step graphs of this configuration's buckets.
+          show(format("B=%lld pp%lld tg%lld: warming up", static_cast<long long>(batch),
+                      static_cast<long long>(prefill), static_cast<long long>(decode)));
+          run(batch, prefill, std::min<int64_t>(decode, 4));
+          for (int rep = 0; rep < args.reps; ++rep) {
+            show(format("B=%lld pp%lld tg%lld: rep %d/%d", static_cast<long long>(batch),
+                        static_cast<long long>(prefill), static_cast<long long>(decode), rep + 1, args.reps));
+            const auto [prefill_s, decode_s] = run(batch, prefill, decode);
+            const auto b = static_cast<double>(batch);
+            row.prefill_rates.push_back(b * static_cast<double>(prefill) / prefill_s);
+            row.decode_rates.push_back(b * static_cast<double>(decode) / decode_s);
+            row.total_rates.push_back(b * static_cast<double>(prefill + decode) / (prefill_s + decode_s));
+          }
+          rows.push_back(std::move(row));
+        }
+      }
+    }
+  }
+  progress.clear();
+  if (output == "json") {
+    nlohmann::json j;
+    j["build"] = {{"version", kVersion}, {"commit", kGitCommit}, {"backends", kBackends}};
+    j["model"] = path.string();
+    j["backend"] = backend_label;
+    j["device_description"] = device;
+    j["reps"] = args.reps;
+    nlohmann::json results = nlohmann::json::array();
+    for (const ParallelRow& r : rows) {
+      results.push_back({{"threads", r.threads},
+                         {"sequences", r.sequences},
+                         {"prefill_tokens", r.prefill},
+                         {"decode_tokens", r.decode},
+                         {"prefill_tok_s", median(r.prefill_rates)},
+                         {"decode_tok_s", median(r.decode_rates)},
+                         {"decode_tok_s_runs", r.decode_rates},
+                         {"total_tok_s", median(r.total_rates)}});
+    }
+    j["results"] = results;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("build:    %s\nmodel:    %s\n          %s\ndevice:   %s\n", build_line().c_str(), path.string().c_str(),
+              config.describe().c_str(), device.c_str());
+  std::printf(
+      "runs:     %d reps: B prompts of random tokens prefilled, then greedy decode steps of all B\n"
+      "          sequences (batched steps over the paged KV cache); aggregate tokens/s, mean ± sd\n\n",
+      args.reps);
+  const bool md = output == "md";
+  std::printf(md ? "| B | pp | tg | prefill t/s | decode t/s | total t/s |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n"
+                 : "%6s %6s %6s %22s %22s %12s\n",
+              "B", "pp", "tg", "prefill t/s", "decode t/s", "total t/s");
+  for (const ParallelRow& r : rows) {
+    const std::string pp = rate_text(r.prefill_rates), tg = rate_text(r.decode_rates);
+    std::printf(md ? "| %lld | %lld | %lld | %s | %s | %.1f |\n" : "%6lld %6lld %6lld %22s %22s %12.1f\n",
+                static_cast<long long>(r.sequences), static_cast<long long>(r.prefill),
+                static_cast<long long>(r.decode), pp.c_str(), tg.c_str(), median(r.total_rates));
+  }
+  return 0;
+}
+
 int run_bench(const BenchArgs& args) {
   const char* where = "bench";
   constexpr int64_t kWarmUpSteps = 4;
@@ -333,6 +482,7 @@ int run_bench(const BenchArgs& args) {
   check(args.output == "text" || args.output == "md" || args.output == "json", where,
         "-o/--output: expected text, md or json, got '", args.output, "'");
   const std::string output = args.json ? "json" : args.output;
+  if (!args.parallel.empty()) return run_parallel_bench(args, output);
   const BackendChoice choice = parse_backend_choice(args.backend);
   const std::filesystem::path path = resolve_model(args.model, where);
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
@@ -490,6 +640,9 @@ Command add_bench_command(CLI::App& parent) {
          "CPU worker threads (comma list; 0: ONEPASS_THREADS, else one per hardware thread)")
       ->capture_default_str();
   app->add_option("-r,--reps", args->reps, "Repetitions per configuration")->capture_default_str();
+  app->add_option("--parallel", args->parallel,
+                  "Sequences decoded together (comma list): B prompts of -p tokens, then -n batched decode "
+                  "steps; aggregate tokens/s (llama-batched-bench -npp P -ntg N -npl B)");
   app->add_option("--batch", args->batch, "Prompt tokens per prefill chunk")->capture_default_str();
   app->add_option("--steps-per-graph", args->steps_per_graph,
                   "Greedy decode steps recorded into one replayed graph")

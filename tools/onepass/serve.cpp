@@ -1,6 +1,7 @@
 // onepass serve: an OpenAI-compatible HTTP server over one loaded model (serve::Engine).
 //   POST /v1/completions, /v1/chat/completions (stream: server-sent events)
 //   GET  /v1/models, /health, /metrics (Prometheus text)
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -43,6 +44,7 @@ struct ServeArgs {
   int64_t context = 4096;
   int64_t threads = 0;
   int64_t queue = 64;
+  int64_t parallel = 1;
   int64_t max_body = 8 << 20;
   std::string alias;
 };
@@ -118,13 +120,13 @@ class Server {
         llama_(llama),
         tokenizer_(tokenizer),
         model_id_(std::move(model_id)),
-        engine_(llama, tokenizer, serve::EngineOptions{.queue_limit = args.queue}),
+        engine_(llama, tokenizer, serve::EngineOptions{.queue_limit = args.queue, .parallel = args.parallel}),
         created_(std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count()) {
     // One HTTP worker per request that can wait in the engine, plus a few for the cheap
     // endpoints, so /health and /metrics answer while the queue is full.
-    const auto workers = static_cast<size_t>(args.queue + 8);
+    const auto workers = static_cast<size_t>(args.queue + args.parallel + 8);
     http_.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
     http_.set_payload_max_length(static_cast<size_t>(args.max_body));
     http_.set_keep_alive_timeout(2);
@@ -195,6 +197,11 @@ class Server {
     metric("running_requests", "gauge", "Requests generating now.", s.running);
     metric("kv_tokens_used", "gauge", "Tokens held in the KV cache.", s.kv_tokens);
     metric("kv_tokens_capacity", "gauge", "KV-cache capacity in tokens.", s.kv_capacity);
+    metric("batch_rows", "gauge", "Rows (tokens) of the last batched step (--parallel > 1).", s.batch_rows);
+    metric("kv_blocks_used", "gauge", "Blocks of the paged KV pool held (--parallel > 1).", s.kv_blocks_used);
+    metric("kv_blocks_total", "gauge", "Blocks of the paged KV pool (--parallel > 1).", s.kv_blocks_total);
+    metric("preemptions_total", "counter", "Sequences that gave up their KV blocks to be recomputed later.",
+           s.preemptions);
     return out;
   }
 
@@ -482,6 +489,7 @@ int run_serve(const ServeArgs& args) {
         args.context);
   check(args.queue >= 0 && args.queue <= 4096, where, "--queue must be 0..4096, got ", args.queue);
   check(args.threads >= 0, where, "-t/--threads must be >= 0, got ", args.threads);
+  check(args.parallel >= 1 && args.parallel <= 1024, where, "--parallel must be 1..1024, got ", args.parallel);
   const BackendChoice choice = parse_backend_choice(args.backend);
   const std::filesystem::path path = resolve_model(args.model, where);
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
@@ -494,6 +502,11 @@ int run_serve(const ServeArgs& args) {
   const std::shared_ptr<Backend> backend = make_backend(choice, options);
   model::LoadOptions load;
   load.context = args.context;
+  // --parallel N: a paged KV pool in which every sequence can reach the whole context.
+  if (args.parallel > 1) {
+    load.sequences = args.parallel;
+    load.max_batch = std::max(load.max_batch, args.parallel);  // a decode row of each in one step
+  }
   model::LlamaModel llama(backend, *source, load);
   std::string id = args.alias.empty() ? path.filename().string() : args.alias;
   if (id.ends_with(".gguf")) id.resize(id.size() - 5);
@@ -539,9 +552,9 @@ Command add_serve_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("serve", "Serve a model over HTTP (OpenAI-compatible API)");
   app->footer(
       "Endpoints: POST /v1/completions, /v1/chat/completions (\"stream\": true for server-sent events),\n"
-      "GET /v1/models, /health, /metrics. Requests run one at a time on the model's KV cache; up to\n"
-      "--queue more wait, beyond that the server answers 503 with Retry-After. SIGTERM or Ctrl-C\n"
-      "finishes the requests in flight and exits.");
+      "GET /v1/models, /health, /metrics. Up to --parallel requests generate at once (batched steps over\n"
+      "a paged KV cache; 1: one at a time); up to --queue more wait, beyond that the server answers 503\n"
+      "with Retry-After. SIGTERM or Ctrl-C finishes the requests in flight and exits.");
   app->add_option("-m,--model", args->model, "GGUF file or MLX directory (default: the SmolLM2-135M-Instruct model)");
   app->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   app->add_option("--host", args->host, "Address to listen on")->capture_default_str();
@@ -549,7 +562,10 @@ Command add_serve_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("-c,--ctx", args->context, "KV-cache capacity in tokens (prompt + answer)")->capture_default_str();
   app->add_option("-t,--threads", args->threads, "CPU threads (default: ONEPASS_THREADS, else all)");
-  app->add_option("--queue", args->queue, "Requests waiting at most beside the running one")->capture_default_str();
+  app->add_option("--queue", args->queue, "Requests waiting at most beside the running ones")->capture_default_str();
+  app->add_option("--parallel", args->parallel,
+                  "Requests generating at once (continuous batching; KV memory grows with it: N x --ctx tokens)")
+      ->capture_default_str();
   app->add_option("--alias", args->alias, "Model id in the API (default: the file name)");
   return {app, [args] { return run_serve(*args); }};
 }

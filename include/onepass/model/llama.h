@@ -15,6 +15,7 @@
 #include "onepass/exec/backend.h"
 #include "onepass/exec/captured_graph.h"
 #include "onepass/exec/graph_session.h"
+#include "onepass/model/kv_pool.h"
 #include "onepass/model/model_source.h"
 
 namespace onepass::model {
@@ -40,6 +41,16 @@ struct LoadOptions {
   /// them in L2. 0: off. More bytes warm more of the product but compete with the
   /// attention's own cache reads at long contexts; 4 MiB was chosen by bench-gpu's decode.
   int64_t l2_prefetch_bytes = int64_t{4} << 20;
+  /// Batched steps (LlamaModel::step): sequences decoded together at most, which is also
+  /// the most rows of logits one step returns. 0: no paged KV pool, only the
+  /// single-sequence path (prefill, decode, ...), whose cache is allocated either way.
+  int64_t sequences = 0;
+  /// Blocks of the paged KV pool shared by the batched sequences; 0: enough for every
+  /// sequence to reach the full context (sequences x context / kv_block_size).
+  int64_t kv_blocks = 0;
+  /// Positions per block. 16: a sequence wastes at most 15 positions of its last block,
+  /// and a block's rows of one head (16 x head_dim) are still long contiguous reads.
+  int64_t kv_block_size = 16;
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;
 };
@@ -73,6 +84,21 @@ struct LayerWeights {
   TensorView gate_exps, up_exps;     // [experts, expert_ffn, hidden]
   TensorView down_exps;              // [experts, hidden, expert_ffn]
   TensorView k_cache, v_cache;       // [kv_heads, context, head_dim]
+  TensorView k_pool, v_pool;         // paged: [kv_heads, kv_blocks x kv_block_size, head_dim]
+};
+
+/// One row of a batched step: a token of a sequence of the KV pool at its position.
+struct BatchRow {
+  int32_t sequence = 0;  // a KvBlockPool sequence
+  int32_t token = 0;
+  int32_t position = 0;  // RoPE position and cache position within the sequence
+  bool logits = false;   // the step returns this row's logits and argmax
+};
+
+/// What a batched step returns, for its rows with logits set, in row order.
+struct BatchResult {
+  std::span<const float> logits;    // [rows, vocab] row-major (empty when not downloaded)
+  std::span<const int32_t> argmax;  // the largest logit's index per row
 };
 
 class LlamaModel {
@@ -110,6 +136,24 @@ class LlamaModel {
   /// the end: no host round trip per token. The same tokens as the loop of decode_greedy.
   std::vector<int32_t> decode_greedy_run(int32_t token, int64_t count);
 
+  /// The paged KV pool of the batched steps (throws Error without LoadOptions::sequences).
+  KvBlockPool& kv_pool();
+  const KvBlockPool& kv_pool() const;
+  /// Most rows of one batched step (LoadOptions::max_batch).
+  int64_t max_step_rows() const;
+  /// Most rows with logits of one batched step (LoadOptions::sequences).
+  int64_t max_sequences() const { return options_.sequences; }
+  /// One forward pass over rows of many sequences of kv_pool(): decode tokens of several
+  /// sequences, prefill chunks, or both mixed. A row at position p sees positions 0..p of
+  /// its sequence: those written by earlier steps and by this step's rows. Grows each
+  /// sequence's blocks to cover its rows first and throws KvPoolFull (nothing run, nothing
+  /// allocated) when the pool has too few free blocks. The step's graph is recorded once
+  /// per bucket of rows (a power of two, padded rows write and read nothing) and of logit
+  /// rows, then replayed. With `download_logits` false only the argmax comes back.
+  BatchResult step(std::span<const BatchRow> rows, bool download_logits = true);
+  /// Recorded batched-step graphs kept for replay.
+  size_t step_graphs() const { return step_graphs_.size(); }
+
   /// Bytes of weights read per decoded token (a MoE layer: its router and experts_used /
   /// experts of its experts' weights), and KV bytes read per token at `kv_length`.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -131,7 +175,12 @@ class LlamaModel {
 
  private:
   struct Buffers;
-  void emit(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed, bool all_logits);
+  /// step_logit_rows > 0: a batched step of n_tokens rows over the paged pool, returning
+  /// that many gathered rows of logits.
+  void emit(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed, bool all_logits,
+            int64_t step_logit_rows = 0);
+  void allocate_pool();
+  CapturedGraph& step_graph(int64_t rows, int64_t logit_rows);
   void emit_experts(GraphSession& session, const LayerWeights& w, int64_t n_tokens, const TensorView& xn,
                     const TensorView& out);
   void load_weights(const ModelSource& source);
@@ -165,6 +214,16 @@ class LlamaModel {
   CapturedGraph& prefill_graph(int64_t n);
   std::vector<float> logits_;
   std::vector<float> all_logits_;
+  std::unique_ptr<KvBlockPool> pool_;
+  /// Recorded batched steps by (row bucket, logit-row bucket).
+  struct StepGraph {
+    int64_t rows;
+    int64_t logit_rows;
+    std::unique_ptr<CapturedGraph> graph;
+  };
+  std::vector<StepGraph> step_graphs_;
+  std::vector<float> step_logits_;
+  std::vector<int32_t> step_argmax_;
   int64_t position_ = 0;
   size_t weight_bytes_ = 0;
   uint64_t last_step_host_ns_ = 0;

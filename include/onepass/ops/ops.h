@@ -13,5 +13,6 @@
 #include "onepass/ops/matmul_id.h"
 #include "onepass/ops/moe.h"
 #include "onepass/ops/norm.h"
+#include "onepass/ops/paged_attention.h"
 #include "onepass/ops/rope.h"
 #include "onepass/ops/softmax.h"

@@ -36,7 +36,7 @@ struct PagedAttentionArgs {
   int64_t n_kv_head;
   int64_t head_dim;
   int64_t slots;       // rows per head in k and v (blocks * block_size)
-  int64_t block_size;
+  int64_t block_size;  // in [1, 2^31)
   int64_t max_blocks;  // entries per block-table row
   int64_t q_stride;
   int64_t k_stride;

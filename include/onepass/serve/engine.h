@@ -2,9 +2,11 @@
 // thread, each streaming its text through a callback. `onepass serve` puts HTTP in front of
 // it; programs use it directly, without HTTP.
 //
-// Requests run one after another on the model's single KV cache: a request holds the cache
-// from its prefill to its last token, and the next queued one starts when it finishes or is
-// cancelled.
+// With parallel = 1, requests run one after another on the model's single KV cache. With
+// parallel = N > 1 (continuous batching), up to N requests share the model's paged KV pool:
+// every worker step admits queued requests while sequences and blocks allow, and runs one
+// batched forward step holding a decode token of each generating request and chunks of the
+// prompts still being prefilled.
 #pragma once
 
 #include <cstdint>
@@ -69,11 +71,23 @@ struct EngineStats {
   int64_t queued = 0;              // waiting for the model
   int64_t running = 0;             // generating now
   int64_t kv_tokens = 0;           // tokens in the KV cache
-  int64_t kv_capacity = 0;         // the model's context
+  int64_t kv_capacity = 0;         // the model's context (parallel > 1: the pool's positions)
+  int64_t batch_rows = 0;          // rows of the last batched step (parallel > 1)
+  int64_t kv_blocks_used = 0;      // blocks of the paged KV pool held (parallel > 1)
+  int64_t kv_blocks_total = 0;
+  uint64_t preemptions = 0;        // sequences that gave up their blocks to be recomputed later
 };
 
 struct EngineOptions {
   int64_t queue_limit = 64;  // requests waiting at most; submit throws Unavailable beyond it
+  /// Requests generating at once. 1: one after another on the model's single-sequence
+  /// cache. N > 1: batched steps over the model's paged KV pool, which must have been
+  /// loaded with LoadOptions::sequences >= N.
+  int64_t parallel = 1;
+  /// Prompt tokens of one request per batched step: a long prompt is prefilled in chunks
+  /// mixed into the decode steps of the others, so it does not stall them. More tokens
+  /// prefill faster but make those steps longer.
+  int64_t prefill_chunk = 64;
 };
 
 class Engine {
@@ -101,7 +115,9 @@ class Engine {
 
  private:
   struct State;
+  struct Sequence;
   void work();
+  void work_batched();
   std::unique_ptr<State> state_;
 };
 

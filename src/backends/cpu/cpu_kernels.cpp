@@ -17,6 +17,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_argmax_kernels(registry);
   register_moe_kernels(registry);
   register_attention_kernels(registry);
+  register_paged_attention_kernels(registry);
   register_matmul_kernels(registry);
   register_affine_kernels(registry);
   register_matmul_id_kernels(registry);

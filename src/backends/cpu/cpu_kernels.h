@@ -16,6 +16,7 @@ void register_kv_cache_kernels(KernelRegistry& registry);     // kv_write
 void register_argmax_kernels(KernelRegistry& registry);
 void register_moe_kernels(KernelRegistry& registry);
 void register_attention_kernels(KernelRegistry& registry);    // sdpa, flash_decode (+ merge)
+void register_paged_attention_kernels(KernelRegistry& registry);
 void register_matmul_kernels(KernelRegistry& registry);       // dense and GGML block formats
 void register_affine_kernels(KernelRegistry& registry);       // MLX affine quantized matmul
 void register_matmul_id_kernels(KernelRegistry& registry);    // expert-routed matmul

@@ -12,6 +12,7 @@
 #include "onepass/ops/attention.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/matmul_id.h"
+#include "onepass/ops/paged_attention.h"
 
 namespace onepass::cpu {
 namespace {
@@ -96,6 +97,15 @@ KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
   return choice;
 }
 
+// One block per (kv head, token), covering the query heads of the group (as sdpa).
+KernelChoice paged_attention(const Backend& b, const KernelRequest& r) {
+  const auto& a = r.args_as<ops::PagedAttentionArgs>();
+  LaunchDims dims;
+  dims.grid.x = grid_extent(a.n_kv_head, r.op);
+  dims.grid.y = grid_extent(a.tokens, r.op);
+  return named(b, typed("paged_attention", r.type), dims);
+}
+
 KernelChoice flash_decode_merge(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::FlashDecodeArgs>();
   LaunchDims dims;
@@ -178,6 +188,7 @@ void register_cpu_selectors(KernelSelectors& s) {
   s.add("sdpa", sdpa);
   s.add("flash_decode", flash_decode);
   s.add("flash_decode_merge", flash_decode_merge);
+  s.add("paged_attention", paged_attention);
   s.add("matmul", matmul);
   s.add("matmul_fused", matmul_fused);
   s.add("matmul_affine", matmul_affine);

@@ -16,6 +16,7 @@ void register_cuda_kernels(KernelRegistry& registry) {
   register_argmax_cuda_kernels(registry);
   register_moe_cuda_kernels(registry);
   register_attention_cuda_kernels(registry);
+  register_paged_attention_cuda_kernels(registry);
   register_attention_tc_cuda_kernels(registry);
   register_matmul_cuda_kernels(registry);
   register_matmul_tc_cuda_kernels(registry);

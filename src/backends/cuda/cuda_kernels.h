@@ -15,6 +15,7 @@ void register_kv_cache_cuda_kernels(KernelRegistry& registry);
 void register_argmax_cuda_kernels(KernelRegistry& registry);
 void register_moe_cuda_kernels(KernelRegistry& registry);
 void register_attention_cuda_kernels(KernelRegistry& registry);
+void register_paged_attention_cuda_kernels(KernelRegistry& registry);
 void register_matmul_cuda_kernels(KernelRegistry& registry);
 void register_matmul_tc_cuda_kernels(KernelRegistry& registry);
 void register_matmul_blas_cuda_kernels(KernelRegistry& registry);

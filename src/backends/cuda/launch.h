@@ -1,5 +1,6 @@
 // Launch constants of the CUDA attention and argmax kernels, shared by their host-side
-// choice (select.cpp) and the kernels (kernels/attention.cu, kernels/argmax.cu).
+// choice (select.cpp) and the kernels (kernels/attention.cu, kernels/paged_attention.cu,
+// kernels/argmax.cu).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,18 @@ inline uint32_t flash_decode_cluster_shared_bytes(int64_t chunks, int64_t head_d
   const int64_t dims = head_dim <= kCudaAttentionMaxHeadDim ? head_dim : 0;
   return static_cast<uint32_t>(chunks * (dims + 2) * 4);
 }
+
+/// paged_attention: most warps per block (a block is one (token, kv head) and up to G query
+/// heads of its group; its warps share the token's keys).
+inline constexpr int64_t kCudaPagedAttentionMaxWarps = 8;
+/// Grids of at most this many blocks (one per SM of an H100) get kCudaPagedAttentionMaxWarps
+/// warps per block, so a small batch keeps more K and V loads in flight on the SMs it has;
+/// larger grids get 4, so that several blocks fit each SM (a block of 8 warps of the G = 4
+/// kernel takes over half an SM's registers).
+inline constexpr int64_t kCudaPagedAttentionWideGrid = 132;
+/// Largest head the scalar paged_attention kernel computes (rows that are not 16-byte
+/// words, or longer than 32 words); a larger one gives NaN outputs.
+inline constexpr int64_t kCudaPagedAttentionScalarMaxHeadDim = 512;
 
 /// argmax over rows of at least kCudaArgmaxClusterMinCols values: argmax_cluster_<T>, grid
 /// {chunks, rows} in clusters of {chunks, 1, 1}, chunks = cuda_argmax_chunks(cols), 1024

@@ -12,6 +12,7 @@
 #include "onepass/exec/backend.h"
 #include "onepass/ops/argmax.h"
 #include "onepass/ops/attention.h"
+#include "onepass/ops/paged_attention.h"
 #include "onepass/ops/rope.h"
 
 namespace onepass::cuda {
@@ -171,6 +172,31 @@ KernelChoice flash_decode(const Backend& b, const KernelRequest& r) {
   return named(b, typed("flash_decode_cluster", r.type), dims, early);
 }
 
+// One block per (token, kv head, pass of up to G query heads of the group), G the smallest
+// of 1, 2, 4, 8 that holds the group (passes beyond 8 heads re-read the keys). Rows of 16-byte
+// words (at most 32 of them, 16-byte aligned) take the vector kernel, others the scalar one
+// (one query head per pass). Warps per block: kCudaPagedAttentionMaxWarps for grids of at
+// most kCudaPagedAttentionWideGrid blocks, else 4.
+KernelChoice paged_attention(const Backend& b, const KernelRequest& r) {
+  const auto& a = r.args_as<ops::PagedAttentionArgs>();
+  const int64_t per_word = 16 / static_cast<int64_t>(dtype_size(r.type));
+  const bool vector = a.head_dim % per_word == 0 && a.head_dim / per_word <= 32 && a.k_stride % per_word == 0 &&
+                      a.v_stride % per_word == 0 && reinterpret_cast<uint64_t>(a.k) % 16 == 0 &&
+                      reinterpret_cast<uint64_t>(a.v) % 16 == 0;
+  const int64_t group = a.n_head / a.n_kv_head;
+  const int64_t g = !vector ? 1 : group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+  const int64_t passes = (group + g - 1) / g;
+  const int64_t blocks = a.n_kv_head * passes * a.tokens;
+  const int64_t warps = blocks <= kCudaPagedAttentionWideGrid ? kCudaPagedAttentionMaxWarps : 4;
+  LaunchDims dims;
+  dims.grid.x = grid_extent(a.n_kv_head * passes, r.op);
+  dims.grid.y = grid_extent(a.tokens, r.op);
+  dims.block.x = static_cast<uint32_t>(warps * 32);
+  const std::string name = vector ? cat("paged_attention_", dtype_name(r.type), "_g", g)
+                                  : typed("paged_attention_scalar", r.type);
+  return named(b, name, dims);
+}
+
 }  // namespace
 
 void register_cuda_selectors(KernelSelectors& s) {
@@ -192,6 +218,7 @@ void register_cuda_selectors(KernelSelectors& s) {
   s.add("argmax_feed", argmax_feed);
   s.add("sdpa", sdpa);
   s.add("flash_decode", flash_decode);
+  s.add("paged_attention", paged_attention);
   register_matmul_selectors(s);
 }
 
