@@ -96,17 +96,17 @@ Weights make_weights(Backend& backend, const Format& f, int64_t n, int64_t k,
   if (!f.affine) {
     out.w = backend.alloc_tensor(f.type, {n, k});
     std::vector<uint8_t> bytes(out.w.span_bytes());
-    quantize(f.type, values.data(), n * k, bytes.data());
+    ops::quantize(f.type, values.data(), n * k, bytes.data());
     out.w.view.write(bytes);
     out.bytes = bytes.size();
     return out;
   }
   const AffineFormat& a = f.affine_format;
-  const int64_t words = affine_words_per_row(a, k);
+  const int64_t words = ops::affine_words_per_row(a, k);
   const int64_t groups = k / a.group_size;
   std::vector<uint32_t> packed(static_cast<size_t>(n * words));
   std::vector<uint16_t> scales(static_cast<size_t>(n * groups)), biases(scales.size());
-  affine_quantize(a, values.data(), n, k, packed.data(), scales.data(), biases.data());
+  ops::affine_quantize(a, values.data(), n, k, packed.data(), scales.data(), biases.data());
   out.w = backend.alloc_tensor(DType::u32, {n, words});
   out.scales = backend.alloc_tensor(a.scale_type, {n, groups});
   out.biases = backend.alloc_tensor(a.scale_type, {n, groups});

@@ -38,11 +38,11 @@ int run(const Args& args) {
     std::fprintf(stderr, "generate: %s has no vocabulary\n", args.model.c_str());
     return 1;
   }
-  const onepass::Tokenizer tokenizer(*vocabulary);
+  const onepass::model::Tokenizer tokenizer(*vocabulary);
 
   // The model's own chat template (tokenizer.chat_template) around one user message.
-  const std::vector<onepass::ChatMessage> messages = {{"user", args.prompt}};
-  const std::string text = onepass::render_chat(tokenizer, messages);
+  const std::vector<onepass::model::ChatMessage> messages = {{"user", args.prompt}};
+  const std::string text = onepass::model::render_chat(tokenizer, messages);
   const std::vector<int32_t> prompt = tokenizer.encode(text);
 
   onepass::model::LoadOptions load;
@@ -50,7 +50,7 @@ int run(const Args& args) {
   onepass::model::LlamaModel llama(
       onepass::make_backend(onepass::parse_backend_choice(args.backend)), *source, load);
   onepass::model::Sampler sampler({.temperature = args.temperature, .top_k = 40, .top_p = 0.95f});
-  onepass::Detokenizer detokenizer(tokenizer);
+  onepass::model::Detokenizer detokenizer(tokenizer);
 
   // Prefill the prompt, then decode one token at a time, printing each piece as it comes.
   int32_t next = sampler.sample(llama.prefill(prompt));

@@ -83,7 +83,7 @@ constexpr int64_t kGreedyRun = 16;
 /// What a model handle and its generations share: a generation keeps the model alive.
 struct ModelState {
   std::unique_ptr<onepass::model::ModelSource> source;  // the weights may be mapped from it
-  std::optional<onepass::Tokenizer> tokenizer;
+  std::optional<onepass::model::Tokenizer> tokenizer;
   std::unique_ptr<onepass::model::LlamaModel> llama;
   std::string device;
   /// Bumped whenever a generation or an evaluation takes the KV cache.
@@ -98,7 +98,7 @@ struct onepass_generation {
   std::shared_ptr<ModelState> state;
   uint64_t cache_owner = 0;
   onepass::model::Sampler sampler;
-  onepass::Detokenizer detokenizer;
+  onepass::model::Detokenizer detokenizer;
   bool greedy = false;
   int64_t max_tokens = 0;
   int64_t generated = 0;
@@ -348,7 +348,7 @@ onepass_status onepass_model_load(const char* path, const onepass_model_params* 
 
     auto state = std::make_shared<ModelState>();
     state->source = onepass::model::open_model(file);
-    const std::optional<onepass::TokenizerData> vocab = state->source->tokenizer_data();
+    const std::optional<onepass::model::TokenizerData> vocab = state->source->tokenizer_data();
     if (!vocab) {
       fail_with(ONEPASS_ERROR_MODEL_LOAD, where, state->source->describe(),
                 " has no vocabulary (tokenizer.ggml.*); the C API needs one");
@@ -433,14 +433,15 @@ onepass_status onepass_chat_apply(const onepass_model* model, const onepass_chat
   return guarded(ONEPASS_ERROR_INVALID_ARGUMENT, [&] {
     const ModelState& state = state_of(model, where);
     require(messages != nullptr || count == 0, where, "messages is NULL with count ", count);
-    std::vector<onepass::ChatMessage> chat;
+    std::vector<onepass::model::ChatMessage> chat;
     chat.reserve(count);
     for (size_t i = 0; i < count; ++i) {
       require(messages[i].role != nullptr && messages[i].content != nullptr, where, "message ",
               i, " has a NULL role or content");
       chat.push_back({messages[i].role, messages[i].content});
     }
-    write_text(where, onepass::render_chat(*state.tokenizer, chat, add_generation_prompt != 0),
+    write_text(where,
+               onepass::model::render_chat(*state.tokenizer, chat, add_generation_prompt != 0),
                text, capacity, length);
   });
 }

@@ -16,7 +16,7 @@
 #include "onepass/core/error.h"
 #include "onepass/model/tokenizer.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace {
 
 constexpr std::string_view kWhere = "bpe_synth";
@@ -498,4 +498,4 @@ TokenizerData synthesize_bpe_vocab(int32_t vocab_size, std::string pre, uint64_t
   return data;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

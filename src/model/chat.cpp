@@ -3,7 +3,7 @@
 #include "model/jinja/jinja.h"
 #include "onepass/core/error.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace {
 
 std::string token_text(const Tokenizer& tokenizer, int32_t id) {
@@ -66,4 +66,4 @@ std::string render_chat(const Tokenizer& tokenizer, std::span<const ChatMessage>
   return prompt;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -5,7 +5,7 @@
 
 #include "onepass/model/gguf.h"
 
-namespace onepass {
+namespace onepass::model {
 
 /// Where GGUF errors say they come from.
 inline constexpr std::string_view kGgufWhere = "gguf";
@@ -13,4 +13,4 @@ inline constexpr std::string_view kGgufWhere = "gguf";
 /// True for the integer value types u8 ... i64.
 bool gguf_is_integer_type(GgufType type);
 
-}  // namespace onepass
+}  // namespace onepass::model

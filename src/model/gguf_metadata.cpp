@@ -6,7 +6,7 @@
 #include "onepass/core/error.h"
 #include "onepass/model/gguf.h"
 
-namespace onepass {
+namespace onepass::model {
 
 const GgufValue* GgufFile::find(std::string_view key) const {
   const auto it = entry_index_.find(key);
@@ -193,4 +193,4 @@ const TensorInfo& GgufFile::tensor(std::string_view name) const {
   return *info;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

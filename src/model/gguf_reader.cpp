@@ -13,7 +13,7 @@
 #include "gguf_internal.h"
 #include "onepass/model/gguf.h"
 
-namespace onepass {
+namespace onepass::model {
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader reads little-endian files in place");
@@ -200,7 +200,8 @@ std::string gguf_type_name(GgufType type) {
 }
 
 std::string_view ggml_type_name(int32_t ggml_type) {
-  const GgmlType* type = ggml_type < 0 ? nullptr : onepass::ggml_type(static_cast<uint32_t>(ggml_type));
+  const GgmlType* type =
+      ggml_type < 0 ? nullptr : model::ggml_type(static_cast<uint32_t>(ggml_type));
   return type == nullptr ? "unknown" : type->name;
 }
 
@@ -679,4 +680,4 @@ GgufFile GgufFile::from_memory(const void* data, size_t size, std::string name) 
   return file;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

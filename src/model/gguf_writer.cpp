@@ -14,7 +14,7 @@
 #include "onepass/model/gguf.h"
 #include "onepass/model/mapped_file.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace {
 
 constexpr std::string_view kWhere = "gguf_writer";
@@ -368,4 +368,4 @@ void GgufWriter::finish() {
   finished_ = true;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

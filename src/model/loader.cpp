@@ -20,7 +20,7 @@ namespace {
 
 HostTensor host_tensor(const TensorInfo& t) {
   check(t.unsupported_type.empty(), "model", "tensor '", t.name, "' has type ", t.unsupported_type,
-        ", which onepass cannot load (it computes with ", weight_type_names(), ")");
+        ", which onepass cannot load (it computes with ", ops::weight_type_names(), ")");
   HostTensor h;
   h.name = t.name;
   h.dtype = t.dtype;
@@ -274,11 +274,12 @@ class MlxSource final : public ModelSource {
       const int64_t rows = q.shape[0];
       const int64_t cols = q.shape[1];
       std::vector<float> full(static_cast<size_t>(rows * cols));
-      affine_dequantize(q.format, static_cast<const uint32_t*>(q.weight->data),
-                        static_cast<const uint16_t*>(q.scales->data), static_cast<const uint16_t*>(q.biases->data), rows,
-                        cols, full.data());
+      ops::affine_dequantize(q.format, static_cast<const uint32_t*>(q.weight->data),
+                             static_cast<const uint16_t*>(q.scales->data),
+                             static_cast<const uint16_t*>(q.biases->data), rows, cols, full.data());
       embedding_f16_.resize(full.size());
-      quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()), embedding_f16_.data());
+      ops::quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()),
+                    embedding_f16_.data());
     }
   }
 
@@ -315,7 +316,7 @@ class MlxSource final : public ModelSource {
       auto& converted = converted_[h.name];
       if (converted.empty()) {
         converted.resize(static_cast<size_t>(h.shape.numel()));
-        dequantize(h.dtype, h.data, h.shape.numel(), converted.data());
+        ops::dequantize(h.dtype, h.data, h.shape.numel(), converted.data());
       }
       h.dtype = DType::f32;
       h.data = converted.data();

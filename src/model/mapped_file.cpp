@@ -11,7 +11,7 @@
 
 #include "onepass/core/error.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace {
 
 // Closes the descriptor on every path out of the constructor; the mapping outlives it.
@@ -109,4 +109,4 @@ void MappedFile::release() noexcept {
   size_ = 0;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -5,10 +5,10 @@
 
 #include "onepass/model/mlx_model.h"
 
-namespace onepass {
+namespace onepass::model {
 
 struct MlxConfigJson {
   nlohmann::json json;
 };
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -9,7 +9,7 @@
 #include "onepass/core/error.h"
 #include "onepass/model/mapped_file.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace {
 
 constexpr std::string_view kWhere = "mlx";
@@ -258,4 +258,4 @@ const MlxQuantizedWeight& MlxModel::quantized(std::string_view name) const {
   return *q;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -426,7 +426,8 @@ DType llama_tensor_type(DType file_type, bool is_output, int64_t cols) {
   // llama.cpp keeps the output matrix at 6 bits in every file of fewer bits per weight.
   const bool low_bits = dtype_is_quantized(file_type) && file_type != DType::q8_0;
   if (is_output && low_bits) t = DType::q6_k;
-  if (dtype_block_elems(t) == kQuantBlockK && cols % kQuantBlockK != 0) t = row_fallback(t);
+  if (dtype_block_elems(t) == ops::kQuantBlockK && cols % ops::kQuantBlockK != 0)
+    t = row_fallback(t);
   if (cols % dtype_block_elems(t) != 0) t = DType::f16;
   return t;
 }
@@ -568,8 +569,8 @@ MakeModelReport make_model(const ModelShape& shape, DType type, const std::files
           if (offset != 0.0f) {
             for (float& v : values) v += offset;
           }
-          quantize(t.dtype, values.data(), cols,
-                   slab.data() + static_cast<uint64_t>(r) * row_bytes);
+          ops::quantize(t.dtype, values.data(), cols,
+                        slab.data() + static_cast<uint64_t>(r) * row_bytes);
         }
       });
       if (pending_write.valid()) pending_write.get();  // rethrows a write error

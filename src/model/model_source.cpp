@@ -170,7 +170,7 @@ class RandomSource final : public ModelSource {
     s.info.shape = shape;
     s.info.bytes = static_cast<size_t>(shape.rows()) * dtype_bytes(type, shape.cols());
     s.bytes.resize(s.info.bytes);
-    quantize(type, values.data(), static_cast<int64_t>(values.size()), s.bytes.data());
+    ops::quantize(type, values.data(), static_cast<int64_t>(values.size()), s.bytes.data());
     tensors_[name] = std::move(s);
   }
 

@@ -9,7 +9,7 @@
 
 #include "onepass/core/error.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace {
 
 constexpr std::string_view kWhere = "safetensors";
@@ -227,4 +227,4 @@ const TensorInfo& SafetensorsFile::tensor(std::string_view name) const {
   return *info;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -9,7 +9,7 @@
 #include "model/unicode.h"
 #include "onepass/core/error.h"
 
-namespace onepass {
+namespace onepass::model {
 
 using tokenizer_detail::TokenMap;
 
@@ -367,4 +367,4 @@ void Detokenizer::reset() {
   at_start_ = true;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

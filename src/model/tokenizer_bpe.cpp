@@ -7,7 +7,7 @@
 #include "model/unicode.h"
 #include "onepass/core/error.h"
 
-namespace onepass {
+namespace onepass::model {
 namespace tokenizer_detail {
 namespace {
 
@@ -216,4 +216,4 @@ std::vector<std::string> supported_pre_tokenizers() {
   return names;
 }
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -12,7 +12,7 @@
 
 #include "onepass/model/tokenizer.h"
 
-namespace onepass::tokenizer_detail {
+namespace onepass::model::tokenizer_detail {
 
 struct StringHash {
   using is_transparent = void;
@@ -50,4 +50,4 @@ std::unique_ptr<TextEncoder> make_spm_encoder(const VocabView& vocab);
 /// "<0xNN>" -> NN, or -1 when `text` is not a byte token's text.
 int parse_byte_token(std::string_view text);
 
-}  // namespace onepass::tokenizer_detail
+}  // namespace onepass::model::tokenizer_detail

@@ -8,7 +8,7 @@
 #include "model/unicode.h"
 #include "onepass/core/error.h"
 
-namespace onepass::tokenizer_detail {
+namespace onepass::model::tokenizer_detail {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
@@ -157,4 +157,4 @@ std::unique_ptr<TextEncoder> make_spm_encoder(const VocabView& vocab) {
   return std::make_unique<SpmEncoder>(vocab);
 }
 
-}  // namespace onepass::tokenizer_detail
+}  // namespace onepass::model::tokenizer_detail

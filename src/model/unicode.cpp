@@ -7,7 +7,7 @@
 
 #include "onepass/core/error.h"
 
-namespace onepass::unicode {
+namespace onepass::model::unicode {
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
@@ -250,4 +250,4 @@ std::vector<std::string_view> Regex::split(const std::vector<std::string_view>& 
   return out;
 }
 
-}  // namespace onepass::unicode
+}  // namespace onepass::model::unicode

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace onepass::unicode {
+namespace onepass::model::unicode {
 
 /// Appends the UTF-8 encoding of code point `cp` (must be a scalar value).
 void append_utf8(std::string& out, uint32_t cp);
@@ -58,4 +58,4 @@ class Regex {
   std::unique_ptr<Code> code_;
 };
 
-}  // namespace onepass::unicode
+}  // namespace onepass::model::unicode

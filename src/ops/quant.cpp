@@ -15,7 +15,7 @@
 
 #include "onepass/core/error.h"
 
-namespace onepass {
+namespace onepass::ops {
 namespace {
 
 constexpr const char* kWhere = "quant";
@@ -674,4 +674,4 @@ void affine_dequantize(const AffineFormat& format, const uint32_t* packed, const
   }
 }
 
-}  // namespace onepass
+}  // namespace onepass::ops

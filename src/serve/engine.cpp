@@ -73,7 +73,7 @@ struct Job {
 
 struct Engine::State {
   model::LlamaModel* model = nullptr;
-  const Tokenizer* tokenizer = nullptr;
+  const model::Tokenizer* tokenizer = nullptr;
   EngineOptions options;
 
   mutable std::mutex mutex;
@@ -90,7 +90,7 @@ struct Engine::State {
   std::thread worker;
 };
 
-Engine::Engine(model::LlamaModel& model, const Tokenizer& tokenizer, EngineOptions options)
+Engine::Engine(model::LlamaModel& model, const model::Tokenizer& tokenizer, EngineOptions options)
     : state_(std::make_unique<State>()) {
   check(options.queue_limit >= 0, "engine", "queue_limit must be >= 0, got ", options.queue_limit);
   check(options.parallel >= 1, "engine", "parallel must be >= 1, got ", options.parallel);
@@ -220,7 +220,7 @@ namespace {
 // Runs one request to its end on the model; returns its last update. `cancelled` is polled
 // between tokens.
 template <typename CancelFlag>
-Update generate(model::LlamaModel& llama, const Tokenizer& tokenizer, const Request& request,
+Update generate(model::LlamaModel& llama, const model::Tokenizer& tokenizer, const Request& request,
                 const UpdateCallback& on_update, CancelFlag cancelled, EngineStats& counted,
                 std::mutex& stats_mutex) {
   Update last;
@@ -246,7 +246,7 @@ Update generate(model::LlamaModel& llama, const Tokenizer& tokenizer, const Requ
   sampler.remember(request.prompt);
   // Greedy without a penalty takes the argmax on the device (no logits download).
   const bool device_greedy = request.sampling.greedy() && !request.sampling.penalizes();
-  Detokenizer detokenizer(tokenizer, {.render_special = false, .strip_space_prefix = false});
+  model::Detokenizer detokenizer(tokenizer, {.render_special = false, .strip_space_prefix = false});
   StopMatcher stops(request.stop);
 
   llama.reset();

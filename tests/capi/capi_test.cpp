@@ -85,7 +85,7 @@ std::vector<int32_t> reference_greedy(const fs::path& path, const std::vector<in
                                       int64_t max_tokens, int64_t context,
                                       BackendChoice backend = BackendChoice::cpu) {
   const auto source = model::open_model(path);
-  const Tokenizer tokenizer(*source->tokenizer_data());
+  const model::Tokenizer tokenizer(*source->tokenizer_data());
   model::LoadOptions load;
   load.context = context;
   model::LlamaModel llama(make_backend(backend), *source, load);
@@ -205,7 +205,7 @@ class CApiModel : public ::testing::Test {
     const onepass_model_params p = cpu_params(256);
     ASSERT_EQ(onepass_model_load(kDefaultModel, &p, &model_), ONEPASS_OK) << onepass_last_error();
     source_ = model::open_model(kDefaultModel).release();
-    tokenizer_ = new Tokenizer(*source_->tokenizer_data());
+    tokenizer_ = new model::Tokenizer(*source_->tokenizer_data());
   }
   static void TearDownTestSuite() {
     onepass_model_free(model_);
@@ -233,11 +233,11 @@ class CApiModel : public ::testing::Test {
 
   static onepass_model* model_;
   static model::ModelSource* source_;
-  static Tokenizer* tokenizer_;
+  static model::Tokenizer* tokenizer_;
 };
 onepass_model* CApiModel::model_ = nullptr;
 model::ModelSource* CApiModel::source_ = nullptr;
-Tokenizer* CApiModel::tokenizer_ = nullptr;
+model::Tokenizer* CApiModel::tokenizer_ = nullptr;
 
 TEST_F(CApiModel, InfoDescribesTheModel) {
   onepass_model_info info{};
@@ -301,9 +301,9 @@ TEST_F(CApiModel, ChatApplyRendersTheTemplate) {
   ASSERT_EQ(onepass_chat_apply(model_, messages, 2, 1, text.data(), text.size(), &length),
             ONEPASS_OK);
   text.resize(length);
-  const std::vector<ChatMessage> chat = {{"system", "Be brief."},
-                                         {"user", "What is the capital of France?"}};
-  EXPECT_EQ(text, render_chat(*tokenizer_, chat, true));
+  const std::vector<model::ChatMessage> chat = {{"system", "Be brief."},
+                                                {"user", "What is the capital of France?"}};
+  EXPECT_EQ(text, model::render_chat(*tokenizer_, chat, true));
   EXPECT_NE(text.find("<|im_start|>assistant\n"), std::string::npos) << text;
 
   const onepass_chat_message null_content[] = {{"user", nullptr}};
@@ -405,7 +405,7 @@ TEST(CApiCuda, GreedyGenerationMatchesTheLibrary) {
   const Generated got = run_steps(g);
   onepass_generation_free(g);
   const auto source = model::open_model(kDefaultModel);
-  const std::vector<int32_t> ids = Tokenizer(*source->tokenizer_data()).encode(prompt);
+  const std::vector<int32_t> ids = model::Tokenizer(*source->tokenizer_data()).encode(prompt);
   EXPECT_EQ(got.tokens, reference_greedy(kDefaultModel, ids, 48, 256, BackendChoice::cuda));
 }
 
@@ -483,7 +483,7 @@ TEST_F(CApiRandomModel, SamplingIsSeededAndMatchesTheSampler) {
 
   // The library's sampler over the library's logits, step by step.
   const auto source = model::open_model(file_);
-  const Tokenizer tokenizer(*source->tokenizer_data());
+  const model::Tokenizer tokenizer(*source->tokenizer_data());
   model::LoadOptions load;
   load.context = 64;
   model::LlamaModel llama(make_cpu_backend(), *source, load);

@@ -9,9 +9,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const onepass::GgufFile file = onepass::GgufFile::from_memory(data, size, "fuzz");
+    const onepass::model::GgufFile file = onepass::model::GgufFile::from_memory(data, size, "fuzz");
     // Use what an accepted file offers, as `inspect` and the model loader would.
-    for (const onepass::GgufEntry& entry : file.metadata()) {
+    for (const onepass::model::GgufEntry& entry : file.metadata()) {
       (void)entry.value.describe(16, 64);
       try {
         (void)file.find_u32(entry.key);
@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     volatile uint8_t sink = 0;
-    for (const onepass::TensorInfo& tensor : file.tensors()) {
+    for (const onepass::model::TensorInfo& tensor : file.tensors()) {
       const auto* bytes = static_cast<const uint8_t*>(tensor.data);
       if (tensor.bytes == 0) continue;  // a type of unknown block size (unsupported_type)
       sink = sink + bytes[0] + bytes[tensor.bytes - 1];  // ASan checks both ends are in the input

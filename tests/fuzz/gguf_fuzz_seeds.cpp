@@ -11,10 +11,10 @@
 namespace {
 
 using onepass::DType;
-using onepass::GgufMetaValue;
-using onepass::GgufType;
-using onepass::GgufWriter;
 using onepass::Shape;
+using onepass::model::GgufMetaValue;
+using onepass::model::GgufType;
+using onepass::model::GgufWriter;
 
 void add_metadata(GgufWriter& w) {
   w.set_string("general.architecture", "llama");
@@ -46,7 +46,7 @@ void write_seed(const std::filesystem::path& path, uint32_t alignment, bool meta
   for (const auto& [dtype, shape] : tensors) {
     w.add_tensor(onepass::cat("t", index++, ".", onepass::dtype_name(dtype)), dtype, shape);
   }
-  for (const onepass::TensorInfo& t : w.tensors()) {
+  for (const onepass::model::TensorInfo& t : w.tensors()) {
     std::vector<uint8_t> data(t.bytes);
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 7);
     w.write_tensor(t.name, data.data(), data.size());

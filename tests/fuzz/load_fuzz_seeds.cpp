@@ -42,8 +42,8 @@ onepass::model::ModelShape tiny_shape() {
 // byte tokens <0x00>..<0xFF>, then pieces with scores).
 void write_spm_model(const onepass::model::ModelShape& shape, const fs::path& gguf_from,
                      const fs::path& path) {
-  const onepass::GgufFile from = onepass::GgufFile::open(gguf_from);
-  onepass::GgufWriter w(path);
+  const onepass::model::GgufFile from = onepass::model::GgufFile::open(gguf_from);
+  onepass::model::GgufWriter w(path);
   for (const auto& [key, value] : onepass::model::plan_model(shape, DType::q4_0).metadata) {
     if (key.rfind("tokenizer.", 0) != 0) w.set(key, value);
   }
@@ -70,11 +70,12 @@ void write_spm_model(const onepass::model::ModelShape& shape, const fs::path& gg
   w.set_strings("tokenizer.ggml.tokens", tokens);
   w.set_f32s("tokenizer.ggml.scores", scores);
   w.set_i32s("tokenizer.ggml.token_type", types);
-  w.set("tokenizer.ggml.bos_token_id", onepass::GgufMetaValue::u32(1));
-  w.set("tokenizer.ggml.eos_token_id", onepass::GgufMetaValue::u32(2));
-  w.set("tokenizer.ggml.unknown_token_id", onepass::GgufMetaValue::u32(0));
-  for (const onepass::TensorInfo& t : from.tensors()) w.add_tensor(t.name, t.dtype, t.shape);
-  for (const onepass::TensorInfo& t : from.tensors()) w.write_tensor(t.name, t.data, t.bytes);
+  w.set("tokenizer.ggml.bos_token_id", onepass::model::GgufMetaValue::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", onepass::model::GgufMetaValue::u32(2));
+  w.set("tokenizer.ggml.unknown_token_id", onepass::model::GgufMetaValue::u32(0));
+  for (const onepass::model::TensorInfo& t : from.tensors()) w.add_tensor(t.name, t.dtype, t.shape);
+  for (const onepass::model::TensorInfo& t : from.tensors())
+    w.write_tensor(t.name, t.data, t.bytes);
   w.finish();
 }
 

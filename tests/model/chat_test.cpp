@@ -18,7 +18,7 @@ namespace onepass {
 namespace {
 
 namespace fs = std::filesystem;
-using jinja::Json;
+using model::jinja::Json;
 
 // SmolLM2-135M-Instruct's template, as stored in its GGUF file (literal newlines).
 constexpr std::string_view kSmolLm2Template =
@@ -228,26 +228,27 @@ constexpr std::string_view kPhi3Template =
 ' }}{% else %}{{ eos_token }}{% endif %})";
 
 // A vocabulary with the ChatML tokens (the synthesizer's default specials).
-const Tokenizer& chatml_vocab() {
-  static const Tokenizer tokenizer(synthesize_bpe_vocab(300, "gpt2", 1));
+const model::Tokenizer& chatml_vocab() {
+  static const model::Tokenizer tokenizer(model::synthesize_bpe_vocab(300, "gpt2", 1));
   return tokenizer;
 }
 
 // Llama-3's specials, no <|im_start|>.
-const Tokenizer& llama3_vocab() {
-  static const Tokenizer tokenizer(synthesize_bpe_vocab(300, "llama-bpe", 1));
+const model::Tokenizer& llama3_vocab() {
+  static const model::Tokenizer tokenizer(model::synthesize_bpe_vocab(300, "llama-bpe", 1));
   return tokenizer;
 }
 
-const std::vector<ChatMessage> kOneTurn = {{"user", "Hello!"}};
-const std::vector<ChatMessage> kWithSystem = {{"system", "You are terse."},
-                                              {"user", "Hi"},
-                                              {"assistant", "Hello."},
-                                              {"user", "  How are you?  "}};
-const std::vector<ChatMessage> kAlternating = {{"user", "a"}, {"assistant", "b"}, {"user", "c"}};
+const std::vector<model::ChatMessage> kOneTurn = {{"user", "Hello!"}};
+const std::vector<model::ChatMessage> kWithSystem = {{"system", "You are terse."},
+                                                     {"user", "Hi"},
+                                                     {"assistant", "Hello."},
+                                                     {"user", "  How are you?  "}};
+const std::vector<model::ChatMessage> kAlternating = {
+    {"user", "a"}, {"assistant", "b"}, {"user", "c"}};
 
-ChatTemplateOptions options(bool add_generation_prompt = true) {
-  ChatTemplateOptions o;
+model::ChatTemplateOptions options(bool add_generation_prompt = true) {
+  model::ChatTemplateOptions o;
   o.add_generation_prompt = add_generation_prompt;
   o.bos_token = "<s>";
   o.eos_token = "</s>";
@@ -255,41 +256,41 @@ ChatTemplateOptions options(bool add_generation_prompt = true) {
 }
 
 TEST(Chat, RendersHandWrittenExpectations) {
-  EXPECT_EQ(render_chat_template(kSmolLm2Template, kOneTurn, options()),
+  EXPECT_EQ(model::render_chat_template(kSmolLm2Template, kOneTurn, options()),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
   // A system message replaces the default one.
-  EXPECT_EQ(render_chat_template(kSmolLm2Template,
-                                 std::vector<ChatMessage>{{"system", "S"}, {"user", "U"}},
-                                 options(false)),
+  EXPECT_EQ(model::render_chat_template(
+                kSmolLm2Template, std::vector<model::ChatMessage>{{"system", "S"}, {"user", "U"}},
+                options(false)),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n");
-  EXPECT_EQ(render_chat_template(kLlama3Template, kOneTurn, options()),
+  EXPECT_EQ(model::render_chat_template(kLlama3Template, kOneTurn, options()),
             "<s><|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  ChatTemplateOptions dated = options();
+  model::ChatTemplateOptions dated = options();
   dated.extra_variables_json = R"({"date_string": "26 Jul 2024"})";
-  EXPECT_EQ(render_chat_template(kLlama31Template, kOneTurn, dated),
+  EXPECT_EQ(model::render_chat_template(kLlama31Template, kOneTurn, dated),
             "<s><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
             "2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>"
             "\n\nHello!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(render_chat_template(kLlama2Template, kWithSystem, options()),
+  EXPECT_EQ(model::render_chat_template(kLlama2Template, kWithSystem, options()),
             "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] How "
             "are you? [/INST]");
-  EXPECT_EQ(render_chat_template(kMistralTemplate, kAlternating, options()),
+  EXPECT_EQ(model::render_chat_template(kMistralTemplate, kAlternating, options()),
             "<s>[INST] a [/INST]b</s>[INST] c [/INST]");
-  EXPECT_EQ(render_chat_template(kGemmaTemplate, kWithSystem, options()),
+  EXPECT_EQ(model::render_chat_template(kGemmaTemplate, kWithSystem, options()),
             "<s><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
             "Hello.<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n"
             "<start_of_turn>model\n");
-  EXPECT_EQ(render_chat_template(kPhi3Template, kOneTurn, options(false)),
+  EXPECT_EQ(model::render_chat_template(kPhi3Template, kOneTurn, options(false)),
             "<|user|>\nHello!<|end|>\n</s>");
 }
 
 TEST(Chat, TemplatesRaiseOnRolesTheyReject) {
-  const std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
+  const std::vector<model::ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
   for (const std::string_view tpl : {kGemmaTemplate, kLlama2Template, kMistralTemplate}) {
     try {
-      render_chat_template(tpl, bad, options());
+      model::render_chat_template(tpl, bad, options());
       FAIL() << "expected an error";
     } catch (const Error& e) {
       EXPECT_EQ(e.where(), "chat_template");
@@ -302,11 +303,11 @@ TEST(Chat, TemplatesRaiseOnRolesTheyReject) {
 
 TEST(Chat, ModelPromptsUseTheTokenizersTemplate) {
   // The synthesizer writes a template of each vocabulary's family.
-  EXPECT_EQ(render_chat(chatml_vocab(), kOneTurn),
+  EXPECT_EQ(model::render_chat(chatml_vocab(), kOneTurn),
             "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
   // Llama-3 adds BOS itself: the template's leading bos_token is left to the tokenizer.
-  const Tokenizer& tokenizer = llama3_vocab();
-  const std::string prompt = render_chat(tokenizer, kOneTurn);
+  const model::Tokenizer& tokenizer = llama3_vocab();
+  const std::string prompt = model::render_chat(tokenizer, kOneTurn);
   EXPECT_EQ(prompt, "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
                     "<|start_header_id|>assistant<|end_header_id|>\n\n");
   const auto ids = tokenizer.encode(prompt);
@@ -318,14 +319,14 @@ TEST(Chat, ModelPromptsUseTheTokenizersTemplate) {
 }
 
 TEST(Chat, FallsBackToChatMlOnlyWithoutATemplate) {
-  TokenizerData chatml = synthesize_bpe_vocab(300, "gpt2", 1);
+  model::TokenizerData chatml = model::synthesize_bpe_vocab(300, "gpt2", 1);
   chatml.chat_template.clear();
-  EXPECT_EQ(render_chat(Tokenizer(chatml), kOneTurn),
+  EXPECT_EQ(model::render_chat(model::Tokenizer(chatml), kOneTurn),
             "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
-  TokenizerData llama = synthesize_bpe_vocab(300, "llama-bpe", 1);
+  model::TokenizerData llama = model::synthesize_bpe_vocab(300, "llama-bpe", 1);
   llama.chat_template.clear();
   try {
-    render_chat(Tokenizer(llama), kOneTurn);
+    model::render_chat(model::Tokenizer(llama), kOneTurn);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), "chat");
@@ -333,15 +334,16 @@ TEST(Chat, FallsBackToChatMlOnlyWithoutATemplate) {
   }
   // A template the interpreter cannot read is an error, never a silent ChatML.
   chatml.chat_template = "{% for m in messages %}{{ m.content | wordwrap }}{% endfor %}";
-  EXPECT_THROW(render_chat(Tokenizer(chatml), kOneTurn), Error);
+  EXPECT_THROW(model::render_chat(model::Tokenizer(chatml), kOneTurn), Error);
 }
 
 // ---------------------------------------------------------------------------------------
 // Against jinja2
 
-Json messages_json(const std::vector<ChatMessage>& messages) {
+Json messages_json(const std::vector<model::ChatMessage>& messages) {
   Json list = Json::array();
-  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  for (const model::ChatMessage& m : messages)
+    list.push_back({{"role", m.role}, {"content", m.content}});
   return list;
 }
 
@@ -415,7 +417,7 @@ TEST(Chat, FamiliesAgreeWithJinja2) {
     std::string ours;
     std::string error;
     try {
-      ours = jinja::Template(cases[i].source).render(cases[i].variables);
+      ours = model::jinja::Template(cases[i].source).render(cases[i].variables);
     } catch (const Error& e) {
       error = e.what();
     }
@@ -441,9 +443,10 @@ TEST(Chat, GemmaDefaultTemplateRendersAsGemmasOwn) {
   ASSERT_FALSE(ours.empty());
   for (const auto* conversation : {&kOneTurn, &kWithSystem, &kAlternating}) {
     for (const bool generation : {true, false}) {
-      ChatTemplateOptions o = options();
+      model::ChatTemplateOptions o = options();
       o.add_generation_prompt = generation;
-      EXPECT_EQ(render_chat_template(ours, *conversation, o), render_chat_template(kGemmaTemplate, *conversation, o));
+      EXPECT_EQ(model::render_chat_template(ours, *conversation, o),
+                render_chat_template(kGemmaTemplate, *conversation, o));
     }
   }
 }
@@ -452,10 +455,10 @@ TEST(Chat, DefaultModelTemplateAgreesWithJinja2) {
   const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " not installed (scripts/setup)";
   const auto source = model::open_model(kDefaultModel);
-  const std::optional<TokenizerData> data = source->tokenizer_data();
+  const std::optional<model::TokenizerData> data = source->tokenizer_data();
   ASSERT_TRUE(data.has_value());
   ASSERT_FALSE(data->chat_template.empty());
-  const Tokenizer tokenizer(*data);
+  const model::Tokenizer tokenizer(*data);
   std::vector<testing::JinjaCase> cases;
   for (const auto* conversation : {&kOneTurn, &kWithSystem, &kAlternating}) {
     Json variables = chat_variables(messages_json(*conversation), true);
@@ -469,10 +472,11 @@ TEST(Chat, DefaultModelTemplateAgreesWithJinja2) {
   ASSERT_EQ(reference->size(), cases.size()) << reason;
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE((*reference)[i].text.has_value()) << (*reference)[i].error;
-    EXPECT_EQ(jinja::Template(cases[i].source).render(cases[i].variables), *(*reference)[i].text);
+    EXPECT_EQ(model::jinja::Template(cases[i].source).render(cases[i].variables),
+              *(*reference)[i].text);
   }
   // The CLI's prompt for the default model is the template's own rendering.
-  EXPECT_EQ(render_chat(tokenizer, kOneTurn), *(*reference)[0].text);
+  EXPECT_EQ(model::render_chat(tokenizer, kOneTurn), *(*reference)[0].text);
 }
 
 }  // namespace

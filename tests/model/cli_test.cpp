@@ -184,7 +184,7 @@ TEST_F(CliTest, InspectPrintsTensorsAndTotals) {
   const fs::path tiny = make_tiny();
   const ToolRun r = run({"inspect", tiny.string()});
   ASSERT_EQ(r.status, 0) << r.err;
-  const GgufFile f = GgufFile::open(tiny);
+  const model::GgufFile f = model::GgufFile::open(tiny);
   EXPECT_NE(r.out.find(cat("tensors: ", f.tensors().size(), "\n")), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("general.architecture = \"llama\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("blk.1.ffn_down.weight"), std::string::npos) << r.out;
@@ -193,8 +193,9 @@ TEST_F(CliTest, InspectPrintsTensorsAndTotals) {
   if (fs::exists(kDefaultModel)) {
     const ToolRun d = run({"inspect", "--no-tensors", kDefaultModel});
     ASSERT_EQ(d.status, 0) << d.err;
-    EXPECT_NE(d.out.find(cat("tensors: ", GgufFile::open(kDefaultModel).tensors().size(), "\n")),
-              std::string::npos)
+    EXPECT_NE(
+        d.out.find(cat("tensors: ", model::GgufFile::open(kDefaultModel).tensors().size(), "\n")),
+        std::string::npos)
         << d.out;
     EXPECT_NE(d.out.find("tokenizer.ggml.tokens = [49152 x string"), std::string::npos) << d.out;
   }
@@ -474,7 +475,7 @@ TEST_F(CliTest, InspectListsUnsupportedTensorTypes) {
   const fs::path file = dir_ / "types.gguf";
   const std::vector<float> values(256, 1.0f);
   {
-    GgufWriter w(file);
+    model::GgufWriter w(file);
     w.set_string("general.architecture", "llama");
     for (const char* name : {"tensor_iq2", "tensor_t99", "tensor_f32"}) {
       w.add_tensor(name, DType::f32, Shape{256});
@@ -512,7 +513,7 @@ TEST_F(CliTest, InspectListsUnsupportedTensorTypes) {
 TEST_F(CliTest, InspectEscapesControlCharacters) {
   const fs::path file = dir_ / "escapes.gguf";
   {
-    GgufWriter w(file);
+    model::GgufWriter w(file);
     w.set_string("general.architecture", "llama");
     w.set_string("evil\x1b]0;owned\x07.key", "value \x1b[2J\xc2\x9b" "31m caf\xc3\xa9");
     w.add_tensor("tensor\x1b[2J\r", DType::f32, Shape{2});

@@ -43,7 +43,7 @@ class Bytes {
     return u64(kvs);
   }
   // A metadata entry's key and type tag; the caller appends the value.
-  Bytes& key(std::string_view name, GgufType type) {
+  Bytes& key(std::string_view name, model::GgufType type) {
     str(name);
     return u32(static_cast<uint32_t>(type));
   }
@@ -75,10 +75,10 @@ class Bytes {
 // exception fails the test.
 std::string parse_error(const std::vector<uint8_t>& bytes, size_t size) {
   try {
-    const GgufFile f = GgufFile::from_memory(bytes.data(), size, "t.gguf");
+    const model::GgufFile f = model::GgufFile::from_memory(bytes.data(), size, "t.gguf");
     // Touch everything an accepted file offers.
-    for (const GgufEntry& e : f.metadata()) (void)e.value.describe(1000, 1000);
-    for (const TensorInfo& t : f.tensors()) {
+    for (const model::GgufEntry& e : f.metadata()) (void)e.value.describe(1000, 1000);
+    for (const model::TensorInfo& t : f.tensors()) {
       if (t.bytes == 0) continue;  // a type of unknown block size
       volatile uint8_t last = static_cast<const uint8_t*>(t.data)[t.bytes - 1];
       (void)last;
@@ -104,14 +104,15 @@ std::string parse_error(const Bytes& b) {
 std::vector<uint8_t> small_valid_file() {
   const fs::path path = fs::temp_directory_path() / cat("onepass_gguf_small_", ::getpid(), ".gguf");
   {
-    GgufWriter w(path);
+    model::GgufWriter w(path);
     w.set_string("general.architecture", "llama");
     w.set_u32("llama.block_count", 2);
-    w.set("f", GgufMetaValue::f64(0.5));
-    w.set("b", GgufMetaValue::boolean(true));
+    w.set("f", model::GgufMetaValue::f64(0.5));
+    w.set("b", model::GgufMetaValue::boolean(true));
     w.set_strings("tokens", {"a", "bc", ""});
     w.set("nested",
-          GgufMetaValue::array(GgufType::array, {GgufMetaValue::i32s(std::vector<int32_t>{1, 2})}));
+          model::GgufMetaValue::array(model::GgufType::array,
+                                      {model::GgufMetaValue::i32s(std::vector<int32_t>{1, 2})}));
     std::vector<uint8_t> data(100, 7);
     w.add_tensor("a", DType::f32, Shape{2, 3});
     w.add_tensor("b", DType::q4_0, Shape{1, 32});
@@ -136,8 +137,8 @@ TEST(GgufRobustness, SmallValidFileParses) {
 
 TEST(GgufRobustness, EveryTruncationIsAnError) {
   const std::vector<uint8_t> bytes = small_valid_file();
-  const GgufFile full = GgufFile::from_memory(bytes.data(), bytes.size());
-  const TensorInfo& last = full.tensors().back();
+  const model::GgufFile full = model::GgufFile::from_memory(bytes.data(), bytes.size());
+  const model::TensorInfo& last = full.tensors().back();
   const size_t data_end = last.offset + last.bytes;  // the padding after it is optional
   ASSERT_GT(full.data_offset(), 100u);
   for (size_t size = 0; size < data_end; ++size) {
@@ -168,7 +169,7 @@ TEST(GgufRobustness, LyingCounts) {
   EXPECT_GGUF_ERROR(Bytes().header(kHuge, 0), "tensor count 18446744073709551615 at offset 8");
   EXPECT_GGUF_ERROR(Bytes().header(1ull << 40, 0).zeros(64), "exceeds the file");
   // A count that passes the size bound still fails on the first entry that is not there.
-  EXPECT_GGUF_ERROR(Bytes().header(0, 2).key("k", GgufType::u8).u8(1).zeros(12),
+  EXPECT_GGUF_ERROR(Bytes().header(0, 2).key("k", model::GgufType::u8).u8(1).zeros(12),
                     "metadata key 1 ('')");
   EXPECT_GGUF_ERROR(Bytes().header(1, 0).zeros(40), "tensor 0");
 }
@@ -179,22 +180,23 @@ TEST(GgufRobustness, LyingLengths) {
       "metadata key 0: key of 18446744073709551615 bytes at offset 24 exceeds the file");
   EXPECT_GGUF_ERROR(Bytes().header(0, 1).u64(70000).zeros(70000 + 16),
                     "exceeds the GGUF limit of 65535");
-  EXPECT_GGUF_ERROR(Bytes().header(0, 1).key("s", GgufType::string).u64(1ull << 62).zeros(8),
+  EXPECT_GGUF_ERROR(Bytes().header(0, 1).key("s", model::GgufType::string).u64(1ull << 62).zeros(8),
                     "metadata key 0 ('s'): string of 4611686018427387904 bytes at offset 37");
   // The example from the brief: a string array whose count cannot fit.
   EXPECT_GGUF_ERROR(Bytes()
                         .header(0, 1)
-                        .key("tokenizer.ggml.tokens", GgufType::array)
-                        .u32(static_cast<uint32_t>(GgufType::string))
+                        .key("tokenizer.ggml.tokens", model::GgufType::array)
+                        .u32(static_cast<uint32_t>(model::GgufType::string))
                         .u64(4294967296ull)
                         .zeros(8000),
                     "metadata key 0 ('tokenizer.ggml.tokens'): array of 4294967296 strings at "
                     "offset 57 exceeds the file (8000 bytes left)");
-  for (const GgufType element : {GgufType::u8, GgufType::u32, GgufType::f64, GgufType::array}) {
-    SCOPED_TRACE(gguf_type_name(element));
+  for (const model::GgufType element :
+       {model::GgufType::u8, model::GgufType::u32, model::GgufType::f64, model::GgufType::array}) {
+    SCOPED_TRACE(model::gguf_type_name(element));
     EXPECT_GGUF_ERROR(Bytes()
                           .header(0, 1)
-                          .key("a", GgufType::array)
+                          .key("a", model::GgufType::array)
                           .u32(static_cast<uint32_t>(element))
                           .u64(kHuge / 2)
                           .zeros(100),
@@ -203,8 +205,8 @@ TEST(GgufRobustness, LyingLengths) {
   // One string element inside an array lies about its length.
   EXPECT_GGUF_ERROR(Bytes()
                         .header(0, 1)
-                        .key("a", GgufType::array)
-                        .u32(static_cast<uint32_t>(GgufType::string))
+                        .key("a", model::GgufType::array)
+                        .u32(static_cast<uint32_t>(model::GgufType::string))
                         .u64(2)
                         .str("ok")
                         .u64(1000)
@@ -219,7 +221,7 @@ TEST(GgufRobustness, UnknownAndUnsupportedTypes) {
   EXPECT_GGUF_ERROR(Bytes().header(0, 1).str("k").u32(13).zeros(8),
                     "unknown value type 13 at offset 33");
   EXPECT_GGUF_ERROR(Bytes().header(0, 1).str("k").u32(0xFFFFFFFF).zeros(8), "unknown value type");
-  EXPECT_GGUF_ERROR(Bytes().header(0, 1).key("k", GgufType::array).u32(99).u64(0),
+  EXPECT_GGUF_ERROR(Bytes().header(0, 1).key("k", model::GgufType::array).u32(99).u64(0),
                     "unknown array element type 99");
   auto file_with_type = [](uint32_t ggml_type, uint64_t ne0 = 256) {
     return Bytes().header(1, 0).tensor("w", {ne0}, ggml_type, 0).pad(32).zeros(1024);
@@ -230,8 +232,8 @@ TEST(GgufRobustness, UnknownAndUnsupportedTypes) {
   // tensors of a type with a known block size are placed and checked by it.
   auto type_of = [&](uint32_t ggml_type) {
     const Bytes b = file_with_type(ggml_type);
-    const GgufFile f = GgufFile::from_memory(b.get().data(), b.size(), "t.gguf");
-    const TensorInfo& t = f.tensor("w");
+    const model::GgufFile f = model::GgufFile::from_memory(b.get().data(), b.size(), "t.gguf");
+    const model::TensorInfo& t = f.tensor("w");
     EXPECT_EQ(t.dtype, DType::u8);
     return std::pair(t.unsupported_type, t.bytes);
   };
@@ -241,7 +243,8 @@ TEST(GgufRobustness, UnknownAndUnsupportedTypes) {
   EXPECT_EQ(type_of(0xFFFFFFFF), std::pair(std::string("type 4294967295"), uint64_t{0}));
   {
     const Bytes b = file_with_type(6);
-    EXPECT_EQ(GgufFile::from_memory(b.get().data(), b.size(), "t.gguf").tensor("w").dtype, DType::q5_0);
+    EXPECT_EQ(model::GgufFile::from_memory(b.get().data(), b.size(), "t.gguf").tensor("w").dtype,
+              DType::q5_0);
   }
   EXPECT_GGUF_ERROR(file_with_type(16, 100), "innermost dimension 100 at offset 37 is not a multiple of iq2_xxs's block of 256");
 }
@@ -288,14 +291,15 @@ TEST(GgufRobustness, BadDataOffsets) {
       "");
   // Data offsets are relative to the data section, so no tensor can overlap the header.
   const Bytes b = Bytes().header(1, 0).tensor("w", {4}, 0, 0).pad(32).zeros(16);
-  const GgufFile f = GgufFile::from_memory(b.get().data(), b.size());
+  const model::GgufFile f = model::GgufFile::from_memory(b.get().data(), b.size());
   EXPECT_GE(f.tensors()[0].offset, f.data_offset());
   EXPECT_EQ(f.data_offset(), 64u);
 }
 
 TEST(GgufRobustness, DuplicatesAndEmptyNames) {
-  EXPECT_GGUF_ERROR(Bytes().header(0, 2).key("k", GgufType::u8).u8(1).key("k", GgufType::u8).u8(2),
-                    "metadata key 1 ('k'): duplicate key at offset");
+  EXPECT_GGUF_ERROR(
+      Bytes().header(0, 2).key("k", model::GgufType::u8).u8(1).key("k", model::GgufType::u8).u8(2),
+      "metadata key 1 ('k'): duplicate key at offset");
   EXPECT_GGUF_ERROR(
       Bytes().header(2, 0).tensor("w", {4}, 0, 0).tensor("w", {4}, 0, 32).pad(32).zeros(64),
       "tensor 1 ('w'): duplicate tensor name");
@@ -303,53 +307,62 @@ TEST(GgufRobustness, DuplicatesAndEmptyNames) {
 }
 
 TEST(GgufRobustness, BadAlignment) {
-  auto file = [](GgufType type, uint64_t value) {
+  auto file = [](model::GgufType type, uint64_t value) {
     Bytes b;
     b.header(0, 1).key("general.alignment", type);
-    if (type == GgufType::string) return b.str("32");
-    if (type == GgufType::u64) return b.u64(value);
+    if (type == model::GgufType::string) return b.str("32");
+    if (type == model::GgufType::u64) return b.u64(value);
     return b.u32(static_cast<uint32_t>(value));
   };
-  EXPECT_GGUF_ERROR(file(GgufType::u32, 0), "alignment 0 at offset");
-  EXPECT_GGUF_ERROR(file(GgufType::u32, 48), "alignment 48 at offset 53 must be a power of two");
-  EXPECT_GGUF_ERROR(file(GgufType::u64, 1ull << 40), "must be a power of two below 2^32");
-  EXPECT_GGUF_ERROR(file(GgufType::string, 0),
+  EXPECT_GGUF_ERROR(file(model::GgufType::u32, 0), "alignment 0 at offset");
+  EXPECT_GGUF_ERROR(file(model::GgufType::u32, 48),
+                    "alignment 48 at offset 53 must be a power of two");
+  EXPECT_GGUF_ERROR(file(model::GgufType::u64, 1ull << 40), "must be a power of two below 2^32");
+  EXPECT_GGUF_ERROR(file(model::GgufType::string, 0),
                     "is string \"32\" at offset 53, expected an unsigned");
-  EXPECT_GGUF_ERROR(file(GgufType::i32, 0xFFFFFFE0), "expected an unsigned integer");  // -32
-  EXPECT_EQ(parse_error(file(GgufType::u32, 1)), "");
-  EXPECT_EQ(parse_error(file(GgufType::u32, 1u << 31)), "");
+  EXPECT_GGUF_ERROR(file(model::GgufType::i32, 0xFFFFFFE0), "expected an unsigned integer");  // -32
+  EXPECT_EQ(parse_error(file(model::GgufType::u32, 1)), "");
+  EXPECT_EQ(parse_error(file(model::GgufType::u32, 1u << 31)), "");
   // With alignment 1 any offset is aligned.
   Bytes b;
-  b.header(1, 1).key("general.alignment", GgufType::u32).u32(1).tensor("w", {2}, 0, 3).zeros(11);
+  b.header(1, 1)
+      .key("general.alignment", model::GgufType::u32)
+      .u32(1)
+      .tensor("w", {2}, 0, 3)
+      .zeros(11);
   EXPECT_EQ(parse_error(b), "");
 }
 
 // Arrays of arrays `depth` levels deep, innermost an empty u8 array.
 Bytes nested_arrays(int depth) {
   Bytes b;
-  b.header(0, 1).key("bomb", GgufType::array);
-  for (int level = 1; level < depth; ++level) b.u32(static_cast<uint32_t>(GgufType::array)).u64(1);
-  return b.u32(static_cast<uint32_t>(GgufType::u8)).u64(0);
+  b.header(0, 1).key("bomb", model::GgufType::array);
+  for (int level = 1; level < depth; ++level)
+    b.u32(static_cast<uint32_t>(model::GgufType::array)).u64(1);
+  return b.u32(static_cast<uint32_t>(model::GgufType::u8)).u64(0);
 }
 
 TEST(GgufRobustness, NestingBombs) {
-  EXPECT_EQ(parse_error(nested_arrays(kGgufMaxArrayDepth)), "");
-  EXPECT_GGUF_ERROR(nested_arrays(kGgufMaxArrayDepth + 1), "is nested deeper than 8 levels");
+  EXPECT_EQ(parse_error(nested_arrays(model::kGgufMaxArrayDepth)), "");
+  EXPECT_GGUF_ERROR(nested_arrays(model::kGgufMaxArrayDepth + 1), "is nested deeper than 8 levels");
   EXPECT_GGUF_ERROR(nested_arrays(100000), "is nested deeper than 8 levels");
   // Wide: an array of a million empty arrays is parsed in time linear in the file.
   Bytes wide;
   wide.header(0, 1)
-      .key("wide", GgufType::array)
-      .u32(static_cast<uint32_t>(GgufType::array))
+      .key("wide", model::GgufType::array)
+      .u32(static_cast<uint32_t>(model::GgufType::array))
       .u64(1000000);
-  for (int i = 0; i < 1000000; ++i) wide.u32(static_cast<uint32_t>(GgufType::u8)).u64(0);
+  for (int i = 0; i < 1000000; ++i) wide.u32(static_cast<uint32_t>(model::GgufType::u8)).u64(0);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(parse_error(wide), "");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   // Inner arrays claiming more than the file holds.
   Bytes lying;
-  lying.header(0, 1).key("a", GgufType::array).u32(static_cast<uint32_t>(GgufType::array)).u64(2);
-  lying.u32(static_cast<uint32_t>(GgufType::array)).u64(kHuge).zeros(64);
+  lying.header(0, 1)
+      .key("a", model::GgufType::array)
+      .u32(static_cast<uint32_t>(model::GgufType::array))
+      .u64(2);
+  lying.u32(static_cast<uint32_t>(model::GgufType::array)).u64(kHuge).zeros(64);
   EXPECT_GGUF_ERROR(lying, "array of 18446744073709551615 arrays");
 }
 

@@ -49,62 +49,70 @@ void write_file(const fs::path& path, const std::vector<uint8_t>& bytes) {
 }
 
 // Every metadata type, with edge values.
-void write_every_metadata_type(GgufWriter& w) {
-  w.set("t.u8", GgufMetaValue::u8(255));
-  w.set("t.i8", GgufMetaValue::i8(-128));
-  w.set("t.u16", GgufMetaValue::u16(65535));
-  w.set("t.i16", GgufMetaValue::i16(-32768));
-  w.set("t.u32", GgufMetaValue::u32(4294967295u));
-  w.set("t.i32", GgufMetaValue::i32(std::numeric_limits<int32_t>::min()));
-  w.set("t.u64", GgufMetaValue::u64(std::numeric_limits<uint64_t>::max()));
-  w.set("t.i64", GgufMetaValue::i64(std::numeric_limits<int64_t>::min()));
-  w.set("t.f32", GgufMetaValue::f32(-1.5e-7f));
-  w.set("t.f64", GgufMetaValue::f64(3.141592653589793));
-  w.set("t.true", GgufMetaValue::boolean(true));
-  w.set("t.false", GgufMetaValue::boolean(false));
-  w.set("t.string", GgufMetaValue::string("héllo \"gguf\"\n"));
-  w.set("t.empty_string", GgufMetaValue::string(""));
-  w.set("a.u8", GgufMetaValue::array(GgufType::u8, {GgufMetaValue::u8(0), GgufMetaValue::u8(7)}));
-  w.set("a.i8", GgufMetaValue::array(GgufType::i8, {GgufMetaValue::i8(-1)}));
-  w.set("a.u16",
-        GgufMetaValue::array(GgufType::u16, {GgufMetaValue::u16(1), GgufMetaValue::u16(2)}));
-  w.set("a.i16", GgufMetaValue::array(GgufType::i16, {GgufMetaValue::i16(-300)}));
+void write_every_metadata_type(model::GgufWriter& w) {
+  w.set("t.u8", model::GgufMetaValue::u8(255));
+  w.set("t.i8", model::GgufMetaValue::i8(-128));
+  w.set("t.u16", model::GgufMetaValue::u16(65535));
+  w.set("t.i16", model::GgufMetaValue::i16(-32768));
+  w.set("t.u32", model::GgufMetaValue::u32(4294967295u));
+  w.set("t.i32", model::GgufMetaValue::i32(std::numeric_limits<int32_t>::min()));
+  w.set("t.u64", model::GgufMetaValue::u64(std::numeric_limits<uint64_t>::max()));
+  w.set("t.i64", model::GgufMetaValue::i64(std::numeric_limits<int64_t>::min()));
+  w.set("t.f32", model::GgufMetaValue::f32(-1.5e-7f));
+  w.set("t.f64", model::GgufMetaValue::f64(3.141592653589793));
+  w.set("t.true", model::GgufMetaValue::boolean(true));
+  w.set("t.false", model::GgufMetaValue::boolean(false));
+  w.set("t.string", model::GgufMetaValue::string("héllo \"gguf\"\n"));
+  w.set("t.empty_string", model::GgufMetaValue::string(""));
+  w.set("a.u8", model::GgufMetaValue::array(model::GgufType::u8, {model::GgufMetaValue::u8(0),
+                                                                  model::GgufMetaValue::u8(7)}));
+  w.set("a.i8", model::GgufMetaValue::array(model::GgufType::i8, {model::GgufMetaValue::i8(-1)}));
+  w.set("a.u16", model::GgufMetaValue::array(model::GgufType::u16, {model::GgufMetaValue::u16(1),
+                                                                    model::GgufMetaValue::u16(2)}));
+  w.set("a.i16",
+        model::GgufMetaValue::array(model::GgufType::i16, {model::GgufMetaValue::i16(-300)}));
   const std::vector<uint32_t> u32s = {1, 2, 4000000000u};
-  w.set("a.u32", GgufMetaValue::u32s(u32s));
+  w.set("a.u32", model::GgufMetaValue::u32s(u32s));
   const std::vector<int32_t> i32s = {-5, 0, 5, std::numeric_limits<int32_t>::max()};
   w.set_i32s("a.i32", i32s);
-  w.set("a.u64", GgufMetaValue::array(GgufType::u64, {GgufMetaValue::u64(1ull << 40)}));
-  w.set("a.i64", GgufMetaValue::array(GgufType::i64, {GgufMetaValue::i64(-(1ll << 40))}));
+  w.set("a.u64",
+        model::GgufMetaValue::array(model::GgufType::u64, {model::GgufMetaValue::u64(1ull << 40)}));
+  w.set("a.i64", model::GgufMetaValue::array(model::GgufType::i64,
+                                             {model::GgufMetaValue::i64(-(1ll << 40))}));
   const std::vector<float> f32s = {0.5f, -2.25f, 1e30f};
   w.set_f32s("a.f32", f32s);
   w.set("a.f64",
-        GgufMetaValue::array(GgufType::f64, {GgufMetaValue::f64(0.1), GgufMetaValue::f64(-0.0)}));
-  w.set("a.bool", GgufMetaValue::array(GgufType::boolean, {GgufMetaValue::boolean(true),
-                                                           GgufMetaValue::boolean(false)}));
+        model::GgufMetaValue::array(model::GgufType::f64, {model::GgufMetaValue::f64(0.1),
+                                                           model::GgufMetaValue::f64(-0.0)}));
+  w.set("a.bool", model::GgufMetaValue::array(
+                      model::GgufType::boolean,
+                      {model::GgufMetaValue::boolean(true), model::GgufMetaValue::boolean(false)}));
   w.set_strings("a.string", {"<unk>", "", "▁the", "a b"});
-  w.set("a.empty", GgufMetaValue::array(GgufType::f32, {}));
+  w.set("a.empty", model::GgufMetaValue::array(model::GgufType::f32, {}));
   w.set("a.nested",
-        GgufMetaValue::array(
-            GgufType::array,
-            {GgufMetaValue::i32s(std::vector<int32_t>{1, 2}), GgufMetaValue::strings({"x", "yz"}),
-             GgufMetaValue::array(GgufType::array, {GgufMetaValue::array(GgufType::u8, {})})}));
+        model::GgufMetaValue::array(
+            model::GgufType::array,
+            {model::GgufMetaValue::i32s(std::vector<int32_t>{1, 2}),
+             model::GgufMetaValue::strings({"x", "yz"}),
+             model::GgufMetaValue::array(model::GgufType::array,
+                                         {model::GgufMetaValue::array(model::GgufType::u8, {})})}));
 }
 
 TEST_F(GgufTest, RoundTripEveryMetadataType) {
   {
-    GgufWriter w(path("meta.gguf"));
+    model::GgufWriter w(path("meta.gguf"));
     w.set_string("general.architecture", "llama");
     write_every_metadata_type(w);
     w.finish();
   }
-  const GgufFile f = GgufFile::open(path("meta.gguf"));
+  const model::GgufFile f = model::GgufFile::open(path("meta.gguf"));
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.alignment(), 32u);
   EXPECT_TRUE(f.tensors().empty());
   EXPECT_EQ(f.architecture(), "llama");
   EXPECT_EQ(f.arch_key("block_count"), "llama.block_count");
 
-  EXPECT_EQ(f.get("t.u8").type(), GgufType::u8);
+  EXPECT_EQ(f.get("t.u8").type(), model::GgufType::u8);
   EXPECT_EQ(f.get_u32("t.u8"), 255u);
   EXPECT_EQ(f.get("t.i8").to_i64(), -128);
   EXPECT_EQ(f.get_u32("t.u16"), 65535u);
@@ -126,7 +134,7 @@ TEST_F(GgufTest, RoundTripEveryMetadataType) {
   EXPECT_EQ(f.get_i32s("a.i8"), (std::vector<int32_t>{-1}));
   EXPECT_EQ(f.get_i32s("a.u16"), (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(f.get_i32s("a.i16"), (std::vector<int32_t>{-300}));
-  EXPECT_EQ(f.get("a.u32").array_type(), GgufType::u32);
+  EXPECT_EQ(f.get("a.u32").array_type(), model::GgufType::u32);
   EXPECT_EQ(f.get("a.u32").at(2).to_u64(), 4000000000u);
   EXPECT_THROW(f.get_i32s("a.u32"), Error);  // 4e9 does not fit in i32
   EXPECT_EQ(f.get_i32s("a.i32"),
@@ -140,15 +148,15 @@ TEST_F(GgufTest, RoundTripEveryMetadataType) {
   EXPECT_EQ(f.get_strings("a.string"), (std::vector<std::string>{"<unk>", "", "▁the", "a b"}));
   EXPECT_EQ(f.get("a.string").at(2).to_string_view(), "▁the");
   EXPECT_EQ(f.get_f32s("a.empty"), std::vector<float>{});
-  EXPECT_EQ(f.get("a.empty").array_type(), GgufType::f32);
+  EXPECT_EQ(f.get("a.empty").array_type(), model::GgufType::f32);
 
-  const GgufValue& nested = f.get("a.nested");
-  ASSERT_EQ(nested.array_type(), GgufType::array);
+  const model::GgufValue& nested = f.get("a.nested");
+  ASSERT_EQ(nested.array_type(), model::GgufType::array);
   ASSERT_EQ(nested.array_size(), 3u);
-  EXPECT_EQ(nested.at(0).array_type(), GgufType::i32);
+  EXPECT_EQ(nested.at(0).array_type(), model::GgufType::i32);
   EXPECT_EQ(nested.at(0).at(1).to_i64(), 2);
   EXPECT_EQ(nested.at(1).at(1).to_string_view(), "yz");
-  EXPECT_EQ(nested.at(2).at(0).array_type(), GgufType::u8);
+  EXPECT_EQ(nested.at(2).at(0).array_type(), model::GgufType::u8);
   EXPECT_EQ(nested.at(2).at(0).array_size(), 0u);
   EXPECT_EQ(nested.describe(),
             "[3 x array: [2 x i32: 1, 2], [2 x string: \"x\", \"yz\"], "
@@ -165,15 +173,15 @@ TEST_F(GgufTest, RoundTripEveryMetadataType) {
 
 TEST_F(GgufTest, TypedGettersExplainMisuse) {
   {
-    GgufWriter w(path("g.gguf"));
-    w.set("neg", GgufMetaValue::i64(-3));
-    w.set("big", GgufMetaValue::u64(1ull << 33));
-    w.set("small", GgufMetaValue::i64(12));
+    model::GgufWriter w(path("g.gguf"));
+    w.set("neg", model::GgufMetaValue::i64(-3));
+    w.set("big", model::GgufMetaValue::u64(1ull << 33));
+    w.set("small", model::GgufMetaValue::i64(12));
     w.set_string("name", "x");
     w.set_f32s("floats", std::vector<float>{1.0f});
     w.finish();
   }
-  const GgufFile f = GgufFile::open(path("g.gguf"));
+  const model::GgufFile f = model::GgufFile::open(path("g.gguf"));
   EXPECT_EQ(f.get_u32("small"), 12u);  // an i64 that fits is fine
   EXPECT_EQ(f.get_i32("small"), 12);
   EXPECT_EQ(f.find_u32("absent"), std::nullopt);
@@ -226,7 +234,7 @@ TEST_P(GgufTensorTest, RoundTripTensors) {
   const std::vector<TensorSpec> specs = tensor_specs();
   std::vector<std::vector<uint8_t>> payloads;
   {
-    GgufWriter w(path("t.gguf"), alignment);
+    model::GgufWriter w(path("t.gguf"), alignment);
     w.set_string("general.architecture", "test");
     for (const TensorSpec& s : specs) {
       const uint64_t bytes = w.add_tensor(s.name, s.dtype, s.shape);
@@ -239,7 +247,7 @@ TEST_P(GgufTensorTest, RoundTripTensors) {
     w.finish();
   }
   EXPECT_FALSE(fs::exists(path("t.gguf.partial")));
-  const GgufFile f = GgufFile::open(path("t.gguf"));
+  const model::GgufFile f = model::GgufFile::open(path("t.gguf"));
   EXPECT_EQ(f.alignment(), alignment);
   EXPECT_EQ(f.data_offset() % alignment, 0u);
   if (alignment != 32) {
@@ -248,7 +256,7 @@ TEST_P(GgufTensorTest, RoundTripTensors) {
   ASSERT_EQ(f.tensors().size(), specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     SCOPED_TRACE(specs[i].name);
-    const TensorInfo& t = f.tensors()[i];
+    const model::TensorInfo& t = f.tensors()[i];
     EXPECT_EQ(&f.tensor(specs[i].name), &t);
     EXPECT_EQ(t.name, specs[i].name);
     EXPECT_EQ(t.dtype, specs[i].dtype);
@@ -262,12 +270,12 @@ TEST_P(GgufTensorTest, RoundTripTensors) {
     EXPECT_EQ(std::memcmp(t.data, payloads[i].data(), t.bytes), 0);
   }
   // The file ends with the last tensor padded to the alignment.
-  const TensorInfo& last = f.tensors().back();
+  const model::TensorInfo& last = f.tensors().back();
   EXPECT_EQ(f.size(), (last.offset + last.bytes + alignment - 1) / alignment * alignment);
 
   // from_memory sees the same file.
   const std::vector<uint8_t> bytes = read_file(path("t.gguf"));
-  const GgufFile m = GgufFile::from_memory(bytes.data(), bytes.size(), "copy");
+  const model::GgufFile m = model::GgufFile::from_memory(bytes.data(), bytes.size(), "copy");
   ASSERT_EQ(m.tensors().size(), specs.size());
   EXPECT_EQ(m.tensors()[3].offset, f.tensors()[3].offset);
   EXPECT_EQ(std::memcmp(m.tensors()[3].data, payloads[3].data(), payloads[3].size()), 0);
@@ -281,7 +289,7 @@ TEST_F(GgufTest, StreamsDataInChunksAcrossTensors) {
   std::vector<uint8_t> all;
   std::vector<std::pair<size_t, size_t>> ranges;  // where each tensor's bytes sit in `all`
   {
-    GgufWriter w(path("s.gguf"));
+    model::GgufWriter w(path("s.gguf"));
     for (const TensorSpec& s : specs) {
       const uint64_t bytes = w.add_tensor(s.name, s.dtype, s.shape);
       ranges.emplace_back(all.size(), bytes);
@@ -297,7 +305,7 @@ TEST_F(GgufTest, StreamsDataInChunksAcrossTensors) {
     }
     w.finish();
   }
-  const GgufFile f = GgufFile::open(path("s.gguf"));
+  const model::GgufFile f = model::GgufFile::open(path("s.gguf"));
   ASSERT_EQ(f.tensors().size(), specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     EXPECT_EQ(std::memcmp(f.tensors()[i].data, all.data() + ranges[i].first, ranges[i].second), 0)
@@ -315,7 +323,7 @@ TEST_F(GgufTest, WriterRejectsMisuse) {
     }
   };
   {
-    GgufWriter w(path("m.gguf"));
+    model::GgufWriter w(path("m.gguf"));
     w.set_u32("k", 1);
     expect_error([&] { w.set_u32("k", 2); }, "set twice");
     expect_error([&] { w.set_u32("general.alignment", 64); }, "constructor");
@@ -341,41 +349,43 @@ TEST_F(GgufTest, WriterRejectsMisuse) {
   EXPECT_FALSE(fs::exists(path("m.gguf.partial")));
   EXPECT_FALSE(fs::exists(path("m.gguf")));
   {
-    GgufWriter w(path("n.gguf"));
+    model::GgufWriter w(path("n.gguf"));
     w.add_tensor("a", DType::f32, Shape{1});
     const float a[2] = {1, 2};
     expect_error([&] { w.write_tensor_data(a, 8); }, "beyond the 1 declared tensors");
   }
-  expect_error([&] { GgufWriter w(path("x.gguf"), 48); }, "not a power of two");
-  expect_error([&] { GgufWriter w(path("no/such/dir/x.gguf")); }, "cannot create");
-  expect_error([] { GgufMetaValue::array(GgufType::u8, {GgufMetaValue::i8(1)}); }, "item 0 is i8");
+  expect_error([&] { model::GgufWriter w(path("x.gguf"), 48); }, "not a power of two");
+  expect_error([&] { model::GgufWriter w(path("no/such/dir/x.gguf")); }, "cannot create");
+  expect_error(
+      [] { model::GgufMetaValue::array(model::GgufType::u8, {model::GgufMetaValue::i8(1)}); },
+      "item 0 is i8");
 }
 
 TEST_F(GgufTest, OpenReportsMissingAndUnreadableFiles) {
   try {
-    GgufFile::open(path("missing.gguf"));
+    model::GgufFile::open(path("missing.gguf"));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("missing.gguf"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(GgufFile::open(dir_), Error);  // a directory
+  EXPECT_THROW(model::GgufFile::open(dir_), Error);  // a directory
   write_file(path("empty.gguf"), {});
   try {
-    GgufFile::open(path("empty.gguf"));
+    model::GgufFile::open(path("empty.gguf"));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a GGUF file"), std::string::npos) << e.what();
   }
-  MappedFile empty(path("empty.gguf"));
+  model::MappedFile empty(path("empty.gguf"));
   EXPECT_EQ(empty.size(), 0u);
-  MappedFile moved = std::move(empty);
+  model::MappedFile moved = std::move(empty);
   EXPECT_EQ(moved.size(), 0u);
 }
 
 TEST_F(GgufTest, ReadsVersion2) {
   {
-    GgufWriter w(path("v.gguf"));
+    model::GgufWriter w(path("v.gguf"));
     w.set_u32("x", 5);
     w.add_tensor("t", DType::f32, Shape{2});
     const float t[2] = {1, 2};
@@ -384,7 +394,7 @@ TEST_F(GgufTest, ReadsVersion2) {
   }
   std::vector<uint8_t> bytes = read_file(path("v.gguf"));
   bytes[4] = 2;  // the v2 and v3 layouts are identical for little-endian files
-  const GgufFile f = GgufFile::from_memory(bytes.data(), bytes.size());
+  const model::GgufFile f = model::GgufFile::from_memory(bytes.data(), bytes.size());
   EXPECT_EQ(f.version(), 2u);
   EXPECT_EQ(f.get_u32("x"), 5u);
   EXPECT_EQ(static_cast<const float*>(f.tensor("t").data)[1], 2.0f);
@@ -400,19 +410,19 @@ uint64_t fnv1a(const void* data, size_t bytes) {
 }
 
 // The canonical text tests/tools/gguf_check.py prints, made from our own reader.
-std::string canonical_value(const GgufValue& v) {
+std::string canonical_value(const model::GgufValue& v) {
   const auto id = static_cast<uint32_t>(v.type());
   char text[64];
   switch (v.type()) {
-    case GgufType::boolean:
+    case model::GgufType::boolean:
       return cat(id, ":", *v.to_bool() ? "true" : "false");
-    case GgufType::f32:
+    case model::GgufType::f32:
       std::snprintf(text, sizeof(text), "%.9g", *v.to_f64());
       return cat(id, ":", text);
-    case GgufType::f64:
+    case model::GgufType::f64:
       std::snprintf(text, sizeof(text), "%.17g", *v.to_f64());
       return cat(id, ":", text);
-    case GgufType::string: {
+    case model::GgufType::string: {
       std::string out = cat(id, ":");
       const std::string_view text_value = *v.to_string_view();
       for (const char c : text_value) {
@@ -421,10 +431,10 @@ std::string canonical_value(const GgufValue& v) {
       }
       return out;
     }
-    case GgufType::array: {
+    case model::GgufType::array: {
       std::string out = cat(id, "[", static_cast<uint32_t>(v.array_type()), "](");
       bool first = true;
-      v.for_each([&](const GgufValue& item) {
+      v.for_each([&](const model::GgufValue& item) {
         out += first ? "" : ",";
         first = false;
         out += canonical_value(item);
@@ -432,19 +442,19 @@ std::string canonical_value(const GgufValue& v) {
       });
       return out + ")";
     }
-    case GgufType::u64:
+    case model::GgufType::u64:
       return cat(id, ":", *v.to_u64());
     default:
       return cat(id, ":", *v.to_i64());
   }
 }
 
-std::string canonical_dump(const GgufFile& f, bool checksums = true) {
+std::string canonical_dump(const model::GgufFile& f, bool checksums = true) {
   std::string out = cat("version ", f.version(), "\nalignment ", f.alignment(), "\ndata_offset ",
                         f.data_offset(), "\n");
-  for (const GgufEntry& e : f.metadata())
+  for (const model::GgufEntry& e : f.metadata())
     out += cat("kv ", e.key, " ", canonical_value(e.value), "\n");
-  for (const TensorInfo& t : f.tensors()) {
+  for (const model::TensorInfo& t : f.tensors()) {
     std::string dims;
     for (int d = 0; d < t.shape.ndim(); ++d) dims += cat(d ? "," : "", t.shape[d]);
     char hash[24];
@@ -480,7 +490,7 @@ TEST_F(GgufTest, GgufPyReadsOurFiles) {
     SCOPED_TRACE(cat("alignment ", alignment));
     const fs::path file = path(cat("py", alignment, ".gguf"));
     {
-      GgufWriter w(file, alignment);
+      model::GgufWriter w(file, alignment);
       w.set_string("general.architecture", "llama");
       write_every_metadata_type(w);
       uint32_t seed = 100;
@@ -488,13 +498,13 @@ TEST_F(GgufTest, GgufPyReadsOurFiles) {
         const uint64_t bytes = w.add_tensor(s.name, s.dtype, s.shape);
         (void)bytes;
       }
-      for (const TensorInfo& t : w.tensors()) {
+      for (const model::TensorInfo& t : w.tensors()) {
         const std::vector<uint8_t> payload = random_bytes(t.bytes, seed++);
         w.write_tensor(t.name, payload.data(), payload.size());
       }
       w.finish();
     }
-    const GgufFile f = GgufFile::open(file);
+    const model::GgufFile f = model::GgufFile::open(file);
     const std::string expected = canonical_dump(f);
     const std::string actual = testing::run_command(
         cat("python3 '", script.string(), "' '", file.string(), "' 2>&1"), &status);
@@ -515,13 +525,13 @@ TEST(GgufModelTest, GgufPyAgreesOnDefaultModel) {
   const std::string actual = testing::run_command(
       cat("python3 '", script.string(), "' --no-checksum '", model.string(), "' 2>&1"), &status);
   ASSERT_EQ(status, 0) << actual;
-  EXPECT_EQ(actual, canonical_dump(GgufFile::open(model), false));
+  EXPECT_EQ(actual, canonical_dump(model::GgufFile::open(model), false));
 }
 
 TEST(GgufModelTest, DefaultModelFacts) {
   const fs::path model = default_model();
   if (!fs::exists(model)) GTEST_SKIP() << model << " is not installed (scripts/fetch-model)";
-  const GgufFile f = GgufFile::open(model);
+  const model::GgufFile f = model::GgufFile::open(model);
   EXPECT_EQ(f.architecture(), "llama");
   EXPECT_EQ(f.get_u32(f.arch_key("block_count")), 30u);
   EXPECT_EQ(f.get_u32(f.arch_key("embedding_length")), 576u);
@@ -537,15 +547,16 @@ TEST(GgufModelTest, DefaultModelFacts) {
   // output_norm, and output only when the embeddings are not tied.
   const size_t expected = 2 + 9 * 30 + (f.find_tensor("output.weight") ? 1 : 0);
   EXPECT_EQ(f.tensors().size(), expected);
-  const TensorInfo& embd = f.tensor("token_embd.weight");
+  const model::TensorInfo& embd = f.tensor("token_embd.weight");
   EXPECT_EQ(embd.shape, (Shape{49152, 576}));
-  const TensorInfo& q = f.tensor("blk.0.attn_q.weight");
+  const model::TensorInfo& q = f.tensor("blk.0.attn_q.weight");
   EXPECT_EQ(q.shape, (Shape{576, 576}));
   EXPECT_EQ(q.dtype, DType::q4_1);
   EXPECT_EQ(f.tensor("blk.29.ffn_down.weight").shape, (Shape{576, 1536}));
   // Every tensor's data lies inside the file (the reader checked; spot-check the last byte).
   size_t sum = 0;
-  for (const TensorInfo& t : f.tensors()) sum += static_cast<const uint8_t*>(t.data)[t.bytes - 1];
+  for (const model::TensorInfo& t : f.tensors())
+    sum += static_cast<const uint8_t*>(t.data)[t.bytes - 1];
   EXPECT_GT(sum, 0u);
 }
 

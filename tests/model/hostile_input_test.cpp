@@ -69,7 +69,7 @@ struct TinyGguf {
 };
 
 void write_gguf(const fs::path& path, const TinyGguf& g) {
-  GgufWriter w(path);
+  model::GgufWriter w(path);
   std::map<std::string, uint32_t> u32 = {
       {"llama.block_count", static_cast<uint32_t>(g.layers)},
       {"llama.embedding_length", static_cast<uint32_t>(g.hidden)},
@@ -343,26 +343,26 @@ TEST_F(HostileInputTest, VocabularyMustMatchTheEmbeddingRows) {
 // token instead of dropping it (for a vocabulary of no byte symbols at all, every byte went
 // and `generate` reported an empty prompt).
 TEST_F(HostileInputTest, TextTheVocabularyCannotSpellIsAnError) {
-  TokenizerData data;
+  model::TokenizerData data;
   data.model = "gpt2";
   for (int i = 0; i < 16; ++i) data.tokens.push_back(cat("t", i));
-  const Tokenizer tokenizer(data);
+  const model::Tokenizer tokenizer(data);
   EXPECT_ERROR(tokenizer.encode("Hi"), "byte 0x48 of the text has no token in the vocabulary");
   data.tokens.push_back("H");  // 'H' is its own byte symbol; 'i' still has none
-  EXPECT_ERROR(Tokenizer(data).encode("Hi"), "byte 0x69 of the text has no token");
+  EXPECT_ERROR(model::Tokenizer(data).encode("Hi"), "byte 0x69 of the text has no token");
   data.tokens.push_back("i");
-  EXPECT_EQ(Tokenizer(data).encode("Hi").size(), 2u);
+  EXPECT_EQ(model::Tokenizer(data).encode("Hi").size(), 2u);
 
   // From a file, the error names it (vocabulary errors at construction too).
   TinyGguf g;
   g.tokens = 256;  // "t0".."t255": no byte symbols
   const fs::path file = dir_ / "no_bytes.gguf";
   write_gguf(file, g);
-  const TokenizerData vocab = *model::open_model(file)->tokenizer_data();
-  EXPECT_ERROR(Tokenizer(vocab).encode("Hi"), file.string() + ": byte 0x48");
-  TokenizerData bad_bos = vocab;
+  const model::TokenizerData vocab = *model::open_model(file)->tokenizer_data();
+  EXPECT_ERROR(model::Tokenizer(vocab).encode("Hi"), file.string() + ": byte 0x48");
+  model::TokenizerData bad_bos = vocab;
   bad_bos.bos_id = 9999;
-  EXPECT_ERROR(Tokenizer checked(bad_bos), file.string() + ": BOS id 9999");
+  EXPECT_ERROR(model::Tokenizer checked(bad_bos), file.string() + ": BOS id 9999");
 }
 
 // A bad quantisation entry names the directory and the weight, not only the value.
@@ -400,7 +400,8 @@ TEST_F(HostileInputTest, SpecialFilesAreRefusedBeforeOpening) {
     ADD_FAILURE() << "opening a FIFO blocked";
   }
   EXPECT_NE(attempt.get().find("is a FIFO, expected a regular file"), std::string::npos);
-  EXPECT_ERROR(MappedFile{"/dev/null"}, "'/dev/null' is a character device, expected a regular file");
+  EXPECT_ERROR(model::MappedFile{"/dev/null"},
+               "'/dev/null' is a character device, expected a regular file");
 
   // A FIFO as an MLX directory's config.json.
   const fs::path dir = path("mlx");
@@ -418,7 +419,7 @@ TEST_F(HostileInputTest, SpecialFilesAreRefusedBeforeOpening) {
 
 TEST_F(HostileInputTest, WriterReplacesOnlyRegularFiles) {
   auto write = [](const fs::path& out) {
-    GgufWriter w(out);
+    model::GgufWriter w(out);
     w.set_u32("x", 1);
     w.finish();
   };

@@ -19,7 +19,7 @@ namespace onepass::testing {
 
 struct JinjaCase {
   std::string source;
-  jinja::Json variables;
+  model::jinja::Json variables;
 };
 
 /// jinja2's rendering of a case, or its error ("TemplateError: message").
@@ -51,7 +51,7 @@ inline std::optional<std::vector<JinjaReference>> render_with_jinja2(
     return std::nullopt;
   }
   const fs::path dir = dir_pattern;
-  jinja::Json input = jinja::Json::array();
+  model::jinja::Json input = model::jinja::Json::array();
   for (const JinjaCase& c : cases) input.push_back({{"template", c.source}, {"variables", c.variables}});
   std::ofstream(dir / "cases.json") << input.dump();
   const std::string command = "python3 '" + script.string() + "' '" + (dir / "cases.json").string() +
@@ -60,7 +60,8 @@ inline std::optional<std::vector<JinjaReference>> render_with_jinja2(
   const int status = std::system(command.c_str());
   std::vector<JinjaReference> out;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    for (const jinja::Json& result : jinja::Json::parse(std::ifstream(dir / "out.json"))) {
+    for (const model::jinja::Json& result :
+         model::jinja::Json::parse(std::ifstream(dir / "out.json"))) {
       JinjaReference reference;
       if (result.contains("text")) {
         reference.text = result["text"].get<std::string>();

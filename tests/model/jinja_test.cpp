@@ -10,7 +10,7 @@
 namespace onepass {
 namespace {
 
-using jinja::Json;
+using model::jinja::Json;
 
 const Json& variables() {
   static const Json v = Json::parse(R"({
@@ -22,7 +22,7 @@ const Json& variables() {
 }
 
 std::string render(std::string_view source, const Json& vars = variables()) {
-  return jinja::Template(source).render(vars);
+  return model::jinja::Template(source).render(vars);
 }
 
 struct Case {
@@ -186,10 +186,11 @@ TEST(Jinja, UndefinedBehavesAsJinjasDefault) {
 
 TEST(Jinja, TemplateOptionsControlWhitespace) {
   const std::string source = "  {% if true %}\nx\n  {% endif %}\n";
-  EXPECT_EQ(jinja::Template(source).render(Json::object()), "x\n");
-  EXPECT_EQ(jinja::Template(source, {.trim_blocks = false, .lstrip_blocks = false, .name = "t"})
-                .render(Json::object()),
-            "  \nx\n  ");
+  EXPECT_EQ(model::jinja::Template(source).render(Json::object()), "x\n");
+  EXPECT_EQ(
+      model::jinja::Template(source, {.trim_blocks = false, .lstrip_blocks = false, .name = "t"})
+          .render(Json::object()),
+      "  \nx\n  ");
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ using Matrix = std::vector<double>;  // row-major
 Matrix weights(const ModelSource& src, const std::string& name, int64_t* rows = nullptr, int64_t* cols = nullptr) {
   const HostTensor t = src.require(name);
   std::vector<float> f(static_cast<size_t>(t.shape.numel()));
-  dequantize(t.dtype, t.data, t.shape.numel(), f.data());
+  ops::dequantize(t.dtype, t.data, t.shape.numel(), f.data());
   if (rows) *rows = t.shape.rows();
   if (cols) *cols = t.shape.cols();
   Matrix m(f.begin(), f.end());

@@ -87,12 +87,15 @@ TEST(MlxModel, MatchesTheSameWeightsLoadedFromGguf) {
     std::uniform_real_distribution<float> dist(-std::sqrt(3.0f / static_cast<float>(m.in)), std::sqrt(3.0f / static_cast<float>(m.in)));
     std::vector<float> w(static_cast<size_t>(m.out * m.in));
     for (float& v : w) v = dist(rng);
-    std::vector<uint32_t> packed(static_cast<size_t>(m.out * affine_words_per_row(format, m.in)));
+    std::vector<uint32_t> packed(
+        static_cast<size_t>(m.out * ops::affine_words_per_row(format, m.in)));
     std::vector<uint16_t> scales(static_cast<size_t>(m.out * m.in / format.group_size)), biases(scales.size());
-    affine_quantize(format, w.data(), m.out, m.in, packed.data(), scales.data(), biases.data());
+    ops::affine_quantize(format, w.data(), m.out, m.in, packed.data(), scales.data(),
+                         biases.data());
     std::vector<float> values(w.size());
-    affine_dequantize(format, packed.data(), scales.data(), biases.data(), m.out, m.in, values.data());
-    const int64_t words = affine_words_per_row(format, m.in);
+    ops::affine_dequantize(format, packed.data(), scales.data(), biases.data(), m.out, m.in,
+                           values.data());
+    const int64_t words = ops::affine_words_per_row(format, m.in);
     st.push_back({m.hf + ".weight", "U32", {m.out, words}, as_bytes(packed)});
     st.push_back({m.hf + ".scales", "F16", {m.out, m.in / format.group_size}, as_bytes(scales)});
     st.push_back({m.hf + ".biases", "F16", {m.out, m.in / format.group_size}, as_bytes(biases)});
@@ -139,7 +142,7 @@ TEST(MlxModel, MatchesTheSameWeightsLoadedFromGguf) {
       const DType type = name == "token_embd.weight" ? DType::f16 : DType::f32;
       writer.add_tensor(name, type, Shape{out, in});
       std::vector<uint8_t> bytes(dtype_bytes(type, out * in));
-      quantize(type, values.data(), out * in, bytes.data());
+      ops::quantize(type, values.data(), out * in, bytes.data());
       data.emplace_back(name, std::move(bytes));
     }
     for (auto& [name, values] : norms) {

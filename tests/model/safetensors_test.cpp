@@ -96,7 +96,7 @@ void write_text(const fs::path& path, const std::string& text) {
 
 std::string error_of(const std::vector<uint8_t>& bytes, size_t size) {
   try {
-    SafetensorsFile::from_memory(bytes.data(), size, "t.safetensors");
+    model::SafetensorsFile::from_memory(bytes.data(), size, "t.safetensors");
     return "";
   } catch (const Error& e) {
     return e.what();
@@ -120,7 +120,7 @@ TEST_F(SafetensorsTest, RoundTrip) {
   };
   const std::vector<uint8_t> bytes = safetensors_bytes(tensors, {{"format", "mlx"}});
   write_file(dir_ / "m.safetensors", bytes);
-  const SafetensorsFile f = SafetensorsFile::open(dir_ / "m.safetensors");
+  const model::SafetensorsFile f = model::SafetensorsFile::open(dir_ / "m.safetensors");
   EXPECT_EQ(f.metadata().at("format"), "mlx");
   ASSERT_EQ(f.tensors().size(), tensors.size());
   EXPECT_EQ(f.data_offset() % 8, 0u);
@@ -129,7 +129,7 @@ TEST_F(SafetensorsTest, RoundTrip) {
                                                {"U32", DType::u32},   {"U8", DType::u8}};
   for (const StTensor& want : tensors) {
     SCOPED_TRACE(want.name);
-    const TensorInfo& got = f.tensor(want.name);
+    const model::TensorInfo& got = f.tensor(want.name);
     EXPECT_EQ(got.dtype, dtypes.at(want.dtype));
     ASSERT_EQ(got.shape.ndim(), static_cast<int>(want.shape.size()));
     for (int d = 0; d < got.shape.ndim(); ++d)
@@ -142,17 +142,17 @@ TEST_F(SafetensorsTest, RoundTrip) {
     }
   }
   // from_memory: data points into the caller's bytes at the same offsets.
-  const SafetensorsFile m = SafetensorsFile::from_memory(bytes.data(), bytes.size());
-  for (const TensorInfo& t : m.tensors()) {
+  const model::SafetensorsFile m = model::SafetensorsFile::from_memory(bytes.data(), bytes.size());
+  for (const model::TensorInfo& t : m.tensors()) {
     EXPECT_EQ(static_cast<const uint8_t*>(t.data), bytes.data() + t.offset);
   }
   EXPECT_EQ(m.tensor("g.scalar").shape.ndim(), 0);
   EXPECT_EQ(m.tensor("h.empty").bytes, 0u);
   EXPECT_EQ(m.find("nope"), nullptr);
   EXPECT_THROW(m.tensor("nope"), Error);
-  EXPECT_EQ(dtype_from_safetensors("F64"), std::nullopt);
-  EXPECT_EQ(safetensors_dtype_name(DType::bf16), "BF16");
-  EXPECT_THROW(safetensors_dtype_name(DType::q4_0), Error);
+  EXPECT_EQ(model::dtype_from_safetensors("F64"), std::nullopt);
+  EXPECT_EQ(model::safetensors_dtype_name(DType::bf16), "BF16");
+  EXPECT_THROW(model::safetensors_dtype_name(DType::q4_0), Error);
 }
 
 TEST_F(SafetensorsTest, EveryTruncationIsAnError) {
@@ -177,7 +177,7 @@ TEST_F(SafetensorsTest, CorruptHeaders) {
   std::vector<uint8_t> huge_length(16, 0);
   huge_length[7] = 0x80;  // header length 2^63
   std::vector<uint8_t> long_header(8, 0);
-  const uint64_t too_long = kSafetensorsMaxHeaderBytes + 1;
+  const uint64_t too_long = model::kSafetensorsMaxHeaderBytes + 1;
   std::memcpy(long_header.data(), &too_long, 8);
   long_header.resize(8 + too_long, ' ');
   const std::vector<Case> cases = {
@@ -309,7 +309,7 @@ std::vector<StTensor> write_sharded_model(const fs::path& dir) {
 
 TEST_F(SafetensorsTest, MlxShardedQuantizedModel) {
   const std::vector<StTensor> written = write_sharded_model(dir_);
-  const MlxModel model = MlxModel::open(dir_);
+  const model::MlxModel model = model::MlxModel::open(dir_);
   EXPECT_EQ(json::parse(model.config_text()).at("model_type"), "llama");
   ASSERT_TRUE(model.quantization().has_value());
   EXPECT_EQ(model.quantization()->bits, 4u);
@@ -318,15 +318,15 @@ TEST_F(SafetensorsTest, MlxShardedQuantizedModel) {
   ASSERT_EQ(model.tensors().size(), written.size());
   for (const StTensor& t : written) {
     SCOPED_TRACE(t.name);
-    const TensorInfo& got = model.tensor(t.name);
+    const model::TensorInfo& got = model.tensor(t.name);
     EXPECT_EQ(got.bytes, t.data.size());
     if (!t.data.empty()) {
       EXPECT_EQ(std::memcmp(got.data, t.data.data(), t.data.size()), 0);
     }
   }
-  EXPECT_TRUE(
-      std::is_sorted(model.tensors().begin(), model.tensors().end(),
-                     [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; }));
+  EXPECT_TRUE(std::is_sorted(
+      model.tensors().begin(), model.tensors().end(),
+      [](const model::TensorInfo& a, const model::TensorInfo& b) { return a.name < b.name; }));
 
   EXPECT_TRUE(model.is_quantized("model.layers.0.self_attn.q_proj.weight"));
   EXPECT_TRUE(model.is_quantized("model.layers.0.self_attn.q_proj"));
@@ -334,7 +334,7 @@ TEST_F(SafetensorsTest, MlxShardedQuantizedModel) {
   EXPECT_FALSE(model.is_quantized("nothing.weight"));
   EXPECT_EQ(model.quantization_of("model.norm.weight"), std::nullopt);
 
-  const MlxQuantizedWeight& q = model.quantized("model.layers.0.mlp.down_proj.weight");
+  const model::MlxQuantizedWeight& q = model.quantized("model.layers.0.mlp.down_proj.weight");
   EXPECT_EQ(q.format.bits, 4u);
   EXPECT_EQ(q.format.group_size, 64u);
   EXPECT_EQ(q.shape, (Shape{128, 256}));
@@ -373,7 +373,7 @@ TEST_F(SafetensorsTest, MlxSingleFileModels) {
   tensors.push_back(make_tensor("model.norm.weight", "BF16", {128}));
   write_file(dir_ / "model.safetensors", safetensors_bytes(tensors));
   write_text(dir_ / "config.json", R"({"quantization": {"group_size": 128, "bits": 8}})");
-  const MlxModel quantized = MlxModel::open(dir_);
+  const model::MlxModel quantized = model::MlxModel::open(dir_);
   EXPECT_EQ(quantized.quantization()->scale_type, DType::bf16);
   EXPECT_EQ(quantized.quantized("model.layers.0.mlp.up_proj.weight").shape, (Shape{64, 128}));
   EXPECT_EQ(quantized.quantization_of("model.layers.0.mlp.up_proj")->scale_type, DType::bf16);
@@ -383,7 +383,7 @@ TEST_F(SafetensorsTest, MlxSingleFileModels) {
   fs::create_directories(plain);
   write_file(plain / "weights.safetensors", safetensors_bytes({make_tensor("w", "F32", {4, 4})}));
   write_text(plain / "config.json", R"({"model_type": "llama"})");
-  const MlxModel model = MlxModel::open(plain);
+  const model::MlxModel model = model::MlxModel::open(plain);
   EXPECT_FALSE(model.quantization().has_value());
   EXPECT_FALSE(model.is_quantized("w"));
   EXPECT_EQ(model.tensor("w").shape, (Shape{4, 4}));
@@ -392,7 +392,7 @@ TEST_F(SafetensorsTest, MlxSingleFileModels) {
 TEST_F(SafetensorsTest, MlxDirectoryErrors) {
   auto error_of_dir = [](const fs::path& dir) {
     try {
-      MlxModel::open(dir);
+      model::MlxModel::open(dir);
       return std::string();
     } catch (const Error& e) {
       return std::string(e.what());

@@ -84,7 +84,7 @@ ReferenceRun run_reference(const std::vector<std::string>& args, const fs::path&
   return {false, "reference script failed (exit " + std::to_string(code) + "): " + text};
 }
 
-Json to_json(const TokenizerData& data) {
+Json to_json(const model::TokenizerData& data) {
   Json j;
   j["model"] = data.model;
   j["pre"] = data.pre;
@@ -104,8 +104,8 @@ Json to_json(const TokenizerData& data) {
   return j;
 }
 
-TokenizerData from_json(const Json& j) {
-  TokenizerData data;
+model::TokenizerData from_json(const Json& j) {
+  model::TokenizerData data;
   data.model = j.at("model").get<std::string>();
   data.pre = j.at("pre").get<std::string>();
   data.tokens = j.at("tokens").get<std::vector<std::string>>();
@@ -322,7 +322,7 @@ struct CompareResult {
   size_t mismatches = 0;
 };
 
-CompareResult compare_with_reference(const TokenizerData& data,
+CompareResult compare_with_reference(const model::TokenizerData& data,
                                      const std::vector<std::string>& texts,
                                      const fs::path* data_json = nullptr) {
   CompareResult result;
@@ -344,7 +344,7 @@ CompareResult compare_with_reference(const TokenizerData& data,
     return result;
   }
   const Json reference = read_json(dir.path / "ids.json");
-  const Tokenizer tokenizer(data);
+  const model::Tokenizer tokenizer(data);
   for (size_t i = 0; i < texts.size(); ++i) {
     const auto expected = reference["ids"][i].get<std::vector<int32_t>>();
     const auto ids = tokenizer.encode(texts[i], {.add_special = false, .parse_special = true});
@@ -361,10 +361,10 @@ CompareResult compare_with_reference(const TokenizerData& data,
   return result;
 }
 
-std::vector<std::string> control_texts(const TokenizerData& data) {
+std::vector<std::string> control_texts(const model::TokenizerData& data) {
   std::vector<std::string> out;
   for (size_t i = 0; i < data.tokens.size(); ++i) {
-    if (data.token_types[i] == static_cast<int32_t>(TokenType::kControl))
+    if (data.token_types[i] == static_cast<int32_t>(model::TokenType::kControl))
       out.push_back(data.tokens[i]);
   }
   // Random texts need only a few of Llama-3's 256 specials.
@@ -378,7 +378,7 @@ std::vector<std::string> control_texts(const TokenizerData& data) {
 struct SmolLm2 {
   bool available = false;
   std::string reason;
-  TokenizerData data;
+  model::TokenizerData data;
   std::unique_ptr<TempDir> dir;  // keeps data.json for the encode step
   fs::path json;
 };
@@ -423,7 +423,7 @@ TEST(TokenizerReference, SmolLM2MatchesHuggingFaceTokenizers) {
 TEST(TokenizerReference, SmolLM2KnownIdsAndChat) {
   const SmolLm2& model = smollm2();
   if (!model.available) GTEST_SKIP() << model.reason;
-  const Tokenizer tokenizer(model.data);
+  const model::Tokenizer tokenizer(model.data);
   EXPECT_EQ(tokenizer.vocab_size(), 49152);
   EXPECT_EQ(tokenizer.bos_id(), 1);
   EXPECT_EQ(tokenizer.eos_id(), 2);
@@ -432,8 +432,8 @@ TEST(TokenizerReference, SmolLM2KnownIdsAndChat) {
   // Control tokens as plain text when specials are not parsed.
   EXPECT_GT(tokenizer.encode("<|im_start|>", {.parse_special = false}).size(), 1u);
 
-  const std::vector<ChatMessage> messages = {{"user", "What is 2+2?"}};
-  const std::string prompt = render_chat(tokenizer, messages);
+  const std::vector<model::ChatMessage> messages = {{"user", "What is 2+2?"}};
+  const std::string prompt = model::render_chat(tokenizer, messages);
   EXPECT_EQ(prompt,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
@@ -450,7 +450,7 @@ class TokenizerSynthReference : public ::testing::TestWithParam<std::pair<const 
 
 TEST_P(TokenizerSynthReference, MatchesHuggingFaceTokenizers) {
   const auto [pre, vocab_size] = GetParam();
-  const TokenizerData data = synthesize_bpe_vocab(vocab_size, pre, 7);
+  const model::TokenizerData data = model::synthesize_bpe_vocab(vocab_size, pre, 7);
   std::vector<std::string> texts = fixed_texts();
   const auto random = random_texts(300, 99, control_texts(data));
   texts.insert(texts.end(), random.begin(), random.end());
@@ -476,22 +476,23 @@ INSTANTIATE_TEST_SUITE_P(Pre, TokenizerSynthReference,
 // Byte-level BPE behaviour
 
 // A tiny byte-level vocabulary: the 256 byte tokens, a few merges, specials of each kind.
-TokenizerData tiny_bpe(std::string pre = "gpt2") {
-  TokenizerData data = synthesize_bpe_vocab(256 + 3, "gpt2", 1);  // bytes + ChatML specials
+model::TokenizerData tiny_bpe(std::string pre = "gpt2") {
+  model::TokenizerData data =
+      model::synthesize_bpe_vocab(256 + 3, "gpt2", 1);  // bytes + ChatML specials
   data.pre = std::move(pre);
-  auto add = [&](std::string text, TokenType type) {
+  auto add = [&](std::string text, model::TokenType type) {
     data.tokens.push_back(std::move(text));
     data.token_types.push_back(static_cast<int32_t>(type));
     return static_cast<int32_t>(data.tokens.size() - 1);
   };
-  add("<|x|>", TokenType::kControl);
-  add("<|x|>y", TokenType::kControl);  // longer special sharing a prefix
-  add("[USER]", TokenType::kUserDefined);
+  add("<|x|>", model::TokenType::kControl);
+  add("<|x|>y", model::TokenType::kControl);  // longer special sharing a prefix
+  add("[USER]", model::TokenType::kUserDefined);
   return data;
 }
 
 TEST(TokenizerBpe, SpecialTokensMatchLeftmostLongest) {
-  const Tokenizer tokenizer(tiny_bpe());
+  const model::Tokenizer tokenizer(tiny_bpe());
   const int32_t x = *tokenizer.find_token("<|x|>");
   const int32_t xy = *tokenizer.find_token("<|x|>y");
   const int32_t user = *tokenizer.find_token("[USER]");
@@ -510,13 +511,13 @@ TEST(TokenizerBpe, SpecialTokensMatchLeftmostLongest) {
 }
 
 TEST(TokenizerBpe, MergesByRankLeftmostFirst) {
-  TokenizerData data = synthesize_bpe_vocab(256 + 3, "gpt2", 1);
+  model::TokenizerData data = model::synthesize_bpe_vocab(256 + 3, "gpt2", 1);
   // Ranks: "a a" first, then "aa a" — "aaa" must become [aa, a] then [aaa]; "aaaa" [aa, aa]
   // because the leftmost pair merges first and "aa aa" is not a merge.
   data.tokens.insert(data.tokens.end(), {"aa", "aaa"});
   data.token_types.insert(data.token_types.end(), {1, 1});
   data.merges = {"a a", "aa a"};
-  const Tokenizer tokenizer(data);
+  const model::Tokenizer tokenizer(data);
   const int32_t a = *tokenizer.find_token("a"), aa = *tokenizer.find_token("aa");
   const int32_t aaa = *tokenizer.find_token("aaa");
   EXPECT_EQ(tokenizer.encode("aaa", {.add_special = false}), (std::vector<int32_t>{aaa}));
@@ -529,12 +530,12 @@ TEST(TokenizerBpe, MergesByRankLeftmostFirst) {
 // merges would split it: with "b c" ranked before "a b", merging gives "abc" -> [a, bc].
 TEST(TokenizerBpe, Llama3TakesWholeWordTokens) {
   for (const std::string pre : {"llama-bpe", "gpt2"}) {
-    TokenizerData data = synthesize_bpe_vocab(256 + 3, "gpt2", 1);
+    model::TokenizerData data = model::synthesize_bpe_vocab(256 + 3, "gpt2", 1);
     data.pre = pre;
     data.tokens.insert(data.tokens.end(), {"bc", "ab", "abc"});
     data.token_types.insert(data.token_types.end(), {1, 1, 1});
     data.merges = {"b c", "a b", "ab c"};
-    const Tokenizer tokenizer(data);
+    const model::Tokenizer tokenizer(data);
     const int32_t a = *tokenizer.find_token("a"), bc = *tokenizer.find_token("bc");
     const int32_t abc = *tokenizer.find_token("abc");
     const auto expected = pre == "gpt2" ? std::vector<int32_t>{a, bc} : std::vector<int32_t>{abc};
@@ -546,9 +547,9 @@ TEST(TokenizerBpe, Llama3TakesWholeWordTokens) {
 }
 
 TEST(TokenizerBpe, BosEosAndEndOfGeneration) {
-  TokenizerData data = synthesize_bpe_vocab(4096, "llama-bpe", 3);
+  model::TokenizerData data = model::synthesize_bpe_vocab(4096, "llama-bpe", 3);
   data.add_eos = true;
-  const Tokenizer tokenizer(data);
+  const model::Tokenizer tokenizer(data);
   const auto ids = tokenizer.encode("hi");
   ASSERT_GE(ids.size(), 3u);
   EXPECT_EQ(ids.front(), tokenizer.bos_id());
@@ -562,11 +563,11 @@ TEST(TokenizerBpe, BosEosAndEndOfGeneration) {
   EXPECT_TRUE(tokenizer.is_end_of_generation(tokenizer.eos_id()));
   EXPECT_TRUE(tokenizer.is_end_of_generation(*tokenizer.find_token("<|eom_id|>")));
   EXPECT_FALSE(tokenizer.is_end_of_generation(tokenizer.bos_id()));
-  EXPECT_EQ(tokenizer.token_type(tokenizer.bos_id()), TokenType::kControl);
+  EXPECT_EQ(tokenizer.token_type(tokenizer.bos_id()), model::TokenType::kControl);
 }
 
 TEST(TokenizerBpe, EncodesTenKilobytesInMilliseconds) {
-  const Tokenizer tokenizer(synthesize_bpe_vocab(128256, "llama-bpe", 5));
+  const model::Tokenizer tokenizer(model::synthesize_bpe_vocab(128256, "llama-bpe", 5));
   std::string text;
   for (const std::string& piece : random_texts(2000, 17, {})) {
     if (text.size() > 10240) break;
@@ -593,44 +594,44 @@ TEST(TokenizerBpe, EncodesTenKilobytesInMilliseconds) {
 }
 
 TEST(TokenizerBpe, RejectsBadInput) {
-  TokenizerData data = synthesize_bpe_vocab(300, "gpt2", 1);
+  model::TokenizerData data = model::synthesize_bpe_vocab(300, "gpt2", 1);
   {
-    TokenizerData bad = data;
+    model::TokenizerData bad = data;
     bad.pre = "nonexistent";
     try {
-      Tokenizer tokenizer(bad);
+      model::Tokenizer tokenizer(bad);
       FAIL() << "expected an error";
     } catch (const Error& e) {
       EXPECT_EQ(e.where(), "tokenizer");
       EXPECT_NE(std::string(e.what()).find("unknown pre-tokenizer 'nonexistent'"),
                 std::string::npos)
           << e.what();
-      for (const std::string& name : supported_pre_tokenizers()) {
+      for (const std::string& name : model::supported_pre_tokenizers()) {
         EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
       }
     }
   }
   {
-    TokenizerData bad = data;
+    model::TokenizerData bad = data;
     bad.model = "wordpiece";
-    EXPECT_THROW(Tokenizer{bad}, Error);
+    EXPECT_THROW(model::Tokenizer{bad}, Error);
   }
   {
-    TokenizerData bad = data;
+    model::TokenizerData bad = data;
     bad.token_types.pop_back();
-    EXPECT_THROW(Tokenizer{bad}, Error);
+    EXPECT_THROW(model::Tokenizer{bad}, Error);
   }
   {
-    TokenizerData bad = data;
+    model::TokenizerData bad = data;
     bad.bos_id = 100000;
-    EXPECT_THROW(Tokenizer{bad}, Error);
+    EXPECT_THROW(model::Tokenizer{bad}, Error);
   }
   {
-    TokenizerData bad = data;
+    model::TokenizerData bad = data;
     bad.merges.push_back("nospace");
-    EXPECT_THROW(Tokenizer{bad}, Error);
+    EXPECT_THROW(model::Tokenizer{bad}, Error);
   }
-  const Tokenizer tokenizer(data);
+  const model::Tokenizer tokenizer(data);
   EXPECT_THROW(tokenizer.encode("bad \xC3 utf-8"), Error);
   EXPECT_THROW(tokenizer.encode("\xED\xA0\x80"), Error);  // a surrogate
   EXPECT_THROW(tokenizer.decode(std::vector<int32_t>{-1}), Error);
@@ -642,7 +643,8 @@ TEST(TokenizerBpe, RejectsBadInput) {
 // Detokenizer
 
 TEST(Detokenizer, HoldsBackCharactersSplitOverTokens) {
-  const Tokenizer tokenizer(synthesize_bpe_vocab(259, "gpt2", 1));  // byte tokens only
+  const model::Tokenizer tokenizer(
+      model::synthesize_bpe_vocab(259, "gpt2", 1));  // byte tokens only
   std::array<int32_t, 256> byte_token{};
   for (int32_t id = 0; id < 256; ++id) {
     const std::string piece = tokenizer.token_to_piece(id);
@@ -654,7 +656,7 @@ TEST(Detokenizer, HoldsBackCharactersSplitOverTokens) {
     for (const char c : text) ids.push_back(byte_token[static_cast<uint8_t>(c)]);
     return ids;
   };
-  Detokenizer detokenizer(tokenizer);
+  model::Detokenizer detokenizer(tokenizer);
   const auto e_acute = bytes("\xC3\xA9");
   EXPECT_EQ(detokenizer.push(e_acute[0]), "");
   EXPECT_EQ(detokenizer.push(e_acute[1]), "\xC3\xA9");
@@ -678,7 +680,7 @@ TEST(Detokenizer, HoldsBackCharactersSplitOverTokens) {
   // Whatever the split of a text into tokens, the streamed pieces concatenate to the text.
   const std::string text = "naïve 日本 😀 done";
   std::string streamed;
-  Detokenizer stream(tokenizer);
+  model::Detokenizer stream(tokenizer);
   for (const int32_t id : bytes(text)) {
     const std::string piece = stream.push(id);
     EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos);
@@ -694,22 +696,22 @@ TEST(Detokenizer, HoldsBackCharactersSplitOverTokens) {
 // ids: 0 <unk>, 1 <s>, 2 </s>, 3..258 <0x00>..<0xFF>, then the normal pieces below.
 constexpr std::string_view kSp = "\xE2\x96\x81";  // U+2581
 
-TokenizerData tiny_spm() {
-  TokenizerData data;
+model::TokenizerData tiny_spm() {
+  model::TokenizerData data;
   data.model = "llama";
   data.pre = "default";
-  auto add = [&](std::string text, float score, TokenType type) {
+  auto add = [&](std::string text, float score, model::TokenType type) {
     data.tokens.push_back(std::move(text));
     data.scores.push_back(score);
     data.token_types.push_back(static_cast<int32_t>(type));
   };
-  add("<unk>", 0, TokenType::kUnknown);
-  add("<s>", 0, TokenType::kControl);
-  add("</s>", 0, TokenType::kControl);
+  add("<unk>", 0, model::TokenType::kUnknown);
+  add("<s>", 0, model::TokenType::kControl);
+  add("</s>", 0, model::TokenType::kControl);
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    add(name, 0, TokenType::kByte);
+    add(name, 0, model::TokenType::kByte);
   }
   const std::string sp(kSp);
   const std::vector<std::pair<std::string, float>> pieces = {
@@ -718,8 +720,8 @@ TokenizerData tiny_spm() {
       {"ll", -4.0f},      {"or", -4.2f},       {"he", -4.5f},         {sp + "h", -5.0f},
       {sp + "w", -5.2f},  {"lo", -5.5f},       {"ld", -5.8f},         {"llo", -6.0f},
       {sp + "he", -6.5f}, {sp + "wor", -7.0f}, {sp + "world", -7.2f}, {sp + "hello", -7.5f}};
-  for (const auto& [text, score] : pieces) add(text, score, TokenType::kNormal);
-  add("lol", 0, TokenType::kControl);  // a control token plain text could spell
+  for (const auto& [text, score] : pieces) add(text, score, model::TokenType::kNormal);
+  add("lol", 0, model::TokenType::kControl);  // a control token plain text could spell
   data.bos_id = 1;
   data.eos_id = 2;
   data.unk_id = 0;
@@ -736,11 +738,11 @@ int32_t byte_id(int byte) {
 }
 
 TEST(TokenizerSpm, MergesByScoreAsComputedByHand) {
-  const Tokenizer tokenizer(tiny_spm());
+  const model::Tokenizer tokenizer(tiny_spm());
   const int32_t sp = piece_id(0), l = piece_id(2), ll = piece_id(8), he = piece_id(10);
   const int32_t sp_h = piece_id(11), llo = piece_id(15), lo = piece_id(13);
   const int32_t sp_world = piece_id(18), sp_hello = piece_id(19);
-  const EncodeOptions plain{.add_special = false};
+  const model::EncodeOptions plain{.add_special = false};
 
   // "▁hello▁world": ll, or, he, ▁w, ld, llo, ▁he, ▁wor, ▁world, ▁hello in score order.
   EXPECT_EQ(tokenizer.encode("hello world", plain), (std::vector<int32_t>{sp_hello, sp_world}));
@@ -765,7 +767,7 @@ TEST(TokenizerSpm, MergesByScoreAsComputedByHand) {
 }
 
 TEST(TokenizerSpm, DecodesAndStreamsByteFallback) {
-  const Tokenizer tokenizer(tiny_spm());
+  const model::Tokenizer tokenizer(tiny_spm());
   for (const std::string text :
        {"hello world", "hé", "  hello   world ", "日本", "<s>hello</s>", "lll"}) {
     const auto ids = tokenizer.encode(text, {.parse_special = false});
@@ -777,14 +779,14 @@ TEST(TokenizerSpm, DecodesAndStreamsByteFallback) {
             "<s>hello<s>world");
   // Streaming: the first word keeps its space when continuing a prompt, and <0xC3><0xA9>
   // come out together.
-  Detokenizer detokenizer(tokenizer);
+  model::Detokenizer detokenizer(tokenizer);
   const int32_t sp_h = piece_id(11);
   EXPECT_EQ(detokenizer.push(sp_h), " h");
   EXPECT_EQ(detokenizer.push(byte_id(0xC3)), "");
   EXPECT_EQ(detokenizer.push(byte_id(0xA9)), "\xC3\xA9");
   EXPECT_EQ(detokenizer.push(1), "");              // <s> not rendered
   EXPECT_EQ(detokenizer.push(0), "\xEF\xBF\xBD");  // <unk>
-  Detokenizer stripping(tokenizer, {.strip_space_prefix = true});
+  model::Detokenizer stripping(tokenizer, {.strip_space_prefix = true});
   EXPECT_EQ(stripping.push(1), "");
   EXPECT_EQ(stripping.push(sp_h), "h");
   EXPECT_EQ(stripping.push(sp_h), " h");
@@ -794,22 +796,22 @@ TEST(TokenizerSpm, DecodesAndStreamsByteFallback) {
 }
 
 TEST(TokenizerSpm, UnknownCharacterWithoutByteTokens) {
-  TokenizerData data = tiny_spm();
+  model::TokenizerData data = tiny_spm();
   for (int b = 0; b < 256; ++b)
     data.tokens[static_cast<size_t>(byte_id(b))] = "byte" + std::to_string(b);
-  const Tokenizer tokenizer(data);
+  const model::Tokenizer tokenizer(data);
   EXPECT_EQ(tokenizer.encode("hé", {.add_special = false}),
             (std::vector<int32_t>{piece_id(11), 0}));
   data.unk_id = -1;
-  EXPECT_THROW(Tokenizer(data).encode("hé"), Error);
+  EXPECT_THROW(model::Tokenizer(data).encode("hé"), Error);
   data.scores.clear();
-  EXPECT_THROW(Tokenizer{data}, Error);
+  EXPECT_THROW(model::Tokenizer{data}, Error);
 }
 
 // ---------------------------------------------------------------------------------------
 // The synthesizer
 
-void expect_consistent(const TokenizerData& data, int32_t vocab_size) {
+void expect_consistent(const model::TokenizerData& data, int32_t vocab_size) {
   ASSERT_EQ(static_cast<int32_t>(data.tokens.size()), vocab_size);
   ASSERT_EQ(data.token_types.size(), data.tokens.size());
   std::set<std::string> seen;
@@ -832,7 +834,7 @@ void expect_consistent(const TokenizerData& data, int32_t vocab_size) {
   }
   const size_t specials = data.tokens.size() - 256 - data.merges.size();
   for (size_t i = data.tokens.size() - specials; i < data.tokens.size(); ++i) {
-    EXPECT_EQ(data.token_types[i], static_cast<int32_t>(TokenType::kControl));
+    EXPECT_EQ(data.token_types[i], static_cast<int32_t>(model::TokenType::kControl));
   }
 }
 
@@ -860,7 +862,7 @@ TEST(BpeSynth, ExactSizeConsistentFastAndDeterministic) {
   for (const auto& [pre, size] :
        {std::pair<std::string, int32_t>{"llama-bpe", 128256}, {"smollm", 49152}}) {
     const auto start = std::chrono::steady_clock::now();
-    const TokenizerData data = synthesize_bpe_vocab(size, pre, 42);
+    const model::TokenizerData data = model::synthesize_bpe_vocab(size, pre, 42);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::printf("[ synth    ] %s vocab of %d tokens in %.1f ms\n", pre.c_str(), size, ms);
@@ -870,13 +872,13 @@ TEST(BpeSynth, ExactSizeConsistentFastAndDeterministic) {
     expect_consistent(data, size);
     EXPECT_EQ(data.model, "gpt2");
     EXPECT_EQ(data.pre, pre);
-    const Tokenizer tokenizer(data);
+    const model::Tokenizer tokenizer(data);
     if (pre == "llama-bpe") {
       EXPECT_EQ(tokenizer.bos_id(), 128000);  // Llama-3's layout of the 256 specials
       EXPECT_EQ(*tokenizer.find_token("<|eot_id|>"), 128009);
-      EXPECT_NE(chat_template_of(tokenizer).find("<|start_header_id|>"), std::string::npos);
+      EXPECT_NE(model::chat_template_of(tokenizer).find("<|start_header_id|>"), std::string::npos);
     } else {
-      EXPECT_NE(chat_template_of(tokenizer).find("<|im_start|>"), std::string::npos);
+      EXPECT_NE(model::chat_template_of(tokenizer).find("<|im_start|>"), std::string::npos);
     }
     // Every merge result is reachable: its own text encodes to it alone.
     size_t checked = 0;
@@ -890,13 +892,13 @@ TEST(BpeSynth, ExactSizeConsistentFastAndDeterministic) {
     }
     EXPECT_GT(checked, data.merges.size() * 9 / 10);
     // Same seed, same vocabulary; another seed, another one.
-    EXPECT_EQ(synthesize_bpe_vocab(size, pre, 42).merges, data.merges);
-    EXPECT_NE(synthesize_bpe_vocab(size, pre, 43).merges, data.merges);
+    EXPECT_EQ(model::synthesize_bpe_vocab(size, pre, 42).merges, data.merges);
+    EXPECT_NE(model::synthesize_bpe_vocab(size, pre, 43).merges, data.merges);
   }
 }
 
 TEST(BpeSynth, RoundTripsRandomUnicode) {
-  const Tokenizer tokenizer(synthesize_bpe_vocab(49152, "smollm", 11));
+  const model::Tokenizer tokenizer(model::synthesize_bpe_vocab(49152, "smollm", 11));
   for (const std::string& text : random_texts(500, 2024, {"<|im_start|>", "<|im_end|>"})) {
     const auto ids = tokenizer.encode(text, {.add_special = false});
     EXPECT_EQ(tokenizer.decode(ids, {.render_special = true}), text);
@@ -907,15 +909,15 @@ TEST(BpeSynth, EverySizeIsExact) {
   for (const std::string pre : {"llama-bpe", "smollm", "qwen2", "gpt2"}) {
     for (const int32_t size : {261, 262, 300, 1000, 4095, 4096, 4097, 10007, 32000}) {
       SCOPED_TRACE(pre + " " + std::to_string(size));
-      expect_consistent(synthesize_bpe_vocab(size, pre, static_cast<uint64_t>(size)), size);
+      expect_consistent(model::synthesize_bpe_vocab(size, pre, static_cast<uint64_t>(size)), size);
     }
   }
 }
 
 TEST(BpeSynth, RejectsImpossibleRequests) {
-  EXPECT_THROW(synthesize_bpe_vocab(200, "gpt2", 1), Error);
-  EXPECT_THROW(synthesize_bpe_vocab(1000, "klingon", 1), Error);
-  expect_consistent(synthesize_bpe_vocab(256 + 5, "llama-bpe", 1), 256 + 5);
+  EXPECT_THROW(model::synthesize_bpe_vocab(200, "gpt2", 1), Error);
+  EXPECT_THROW(model::synthesize_bpe_vocab(1000, "klingon", 1), Error);
+  expect_consistent(model::synthesize_bpe_vocab(256 + 5, "llama-bpe", 1), 256 + 5);
 }
 
 }  // namespace

@@ -22,13 +22,13 @@ AffineWeights affine_weights(OpContext& c, const AffineFormat& f, int64_t n, int
   std::normal_distribution<float> dist(0.0f, 0.5f);
   std::vector<float> source(static_cast<size_t>(n * k));
   for (float& v : source) v = dist(c.rng());
-  const int64_t words = affine_words_per_row(f, k);
+  const int64_t words = ops::affine_words_per_row(f, k);
   const int64_t groups = k / f.group_size;
   std::vector<uint32_t> packed(static_cast<size_t>(n * words));
   std::vector<uint16_t> scales(static_cast<size_t>(n * groups)), biases(scales.size());
-  affine_quantize(f, source.data(), n, k, packed.data(), scales.data(), biases.data());
+  ops::affine_quantize(f, source.data(), n, k, packed.data(), scales.data(), biases.data());
   std::vector<float> decoded(source.size());
-  affine_dequantize(f, packed.data(), scales.data(), biases.data(), n, k, decoded.data());
+  ops::affine_dequantize(f, packed.data(), scales.data(), biases.data(), n, k, decoded.data());
   auto bytes = [](const auto& v) {
     std::vector<uint8_t> out(v.size() * sizeof(v[0]));
     std::memcpy(out.data(), v.data(), out.size());

@@ -86,10 +86,10 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<float> source(static_cast<size_t>(count));
     for (float& v : source) v = dist(c.rng());
-    quantize(type, source.data(), count, bytes.data());
+    ops::quantize(type, source.data(), count, bytes.data());
   }
   std::vector<float> decoded(static_cast<size_t>(count));
-  dequantize(type, bytes.data(), count, decoded.data());
+  ops::dequantize(type, bytes.data(), count, decoded.data());
   values.assign(decoded.begin(), decoded.end());
   auto half_at = [](const uint8_t* p) {
     uint16_t h;
@@ -105,7 +105,7 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
     } else if (type == DType::q4_k || type == DType::q5_k) {
       for (int i = 0; i < 8; ++i) {
         int sc = 0, mn = 0;
-        kquant_scale_min(block + 4, i, sc, mn);
+        ops::kquant_scale_min(block + 4, i, sc, mn);
         std::fill_n(o + 32 * i, 32, -static_cast<double>(half_at(block + 2) * static_cast<float>(mn)));
       }
     } else if (type == DType::q2_k) {

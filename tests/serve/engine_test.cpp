@@ -69,7 +69,7 @@ LlamaConfig tiny_config() {
 struct TinyModel {
   std::shared_ptr<Backend> backend = make_cpu_backend();
   std::unique_ptr<model::ModelSource> source = model::make_random_source(tiny_config(), DType::f32, 7);
-  Tokenizer tokenizer{synthesize_bpe_vocab(300, "gpt2", 1)};
+  model::Tokenizer tokenizer{model::synthesize_bpe_vocab(300, "gpt2", 1)};
   model::LlamaModel llama;
   explicit TinyModel(int64_t context = 64, int64_t sequences = 0, int64_t kv_blocks = 0)
       : llama(backend, *source,
@@ -101,8 +101,8 @@ struct Collector {
 };
 
 // The model's greedy continuation of `prompt` by hand: argmax of prefill, then decode.
-std::vector<int32_t> greedy_by_hand(model::LlamaModel& llama, const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                                    int64_t n) {
+std::vector<int32_t> greedy_by_hand(model::LlamaModel& llama, const model::Tokenizer& tok,
+                                    const std::vector<int32_t>& prompt, int64_t n) {
   llama.reset();
   std::vector<int32_t> out;
   int32_t next = model::argmax(llama.prefill(prompt));

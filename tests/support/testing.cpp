@@ -178,7 +178,7 @@ TensorView random_weights(Backend& backend, DType type, int64_t rows, int64_t co
   const auto values = random_floats(static_cast<size_t>(rows * cols), seed, -0.5f, 0.5f);
   if (dtype_is_quantized(type)) {
     std::vector<uint8_t> bytes(w.view.size());
-    quantize(type, values.data(), rows * cols, bytes.data());
+    ops::quantize(type, values.data(), rows * cols, bytes.data());
     w.view.write(std::span<const uint8_t>(bytes));
   } else {
     upload_floats(w, values);

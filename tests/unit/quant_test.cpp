@@ -168,7 +168,7 @@ std::vector<float> normal(size_t n, std::mt19937_64& rng, float sigma) {
 
 std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
   std::vector<uint8_t> bytes(dtype_bytes(t, static_cast<int64_t>(x.size())));
-  quantize(t, x.data(), static_cast<int64_t>(x.size()), bytes.data());
+  ops::quantize(t, x.data(), static_cast<int64_t>(x.size()), bytes.data());
   return bytes;
 }
 
@@ -192,7 +192,7 @@ std::vector<float> block_offsets(DType t, const std::vector<uint8_t>& bytes) {
     } else if (t == DType::q4_k || t == DType::q5_k) {
       for (int i = 0; i < 8; ++i) {
         int sc = 0, mn = 0;
-        kquant_scale_min(block + 4, i, sc, mn);
+        ops::kquant_scale_min(block + 4, i, sc, mn);
         std::fill_n(o + 32 * i, 32, -(half_at(block + 2) * static_cast<float>(mn)));
       }
     } else if (t == DType::q2_k) {
@@ -207,27 +207,27 @@ std::vector<float> block_offsets(DType t, const std::vector<uint8_t>& bytes) {
 std::vector<float> dequantized(DType t, const std::vector<uint8_t>& bytes) {
   const int64_t n = static_cast<int64_t>(bytes.size() / dtype_size(t)) * dtype_block_elems(t);
   std::vector<float> out(static_cast<size_t>(n));
-  dequantize(t, bytes.data(), n, out.data());
+  ops::dequantize(t, bytes.data(), n, out.data());
   return out;
 }
 
 // --- dequantize vs gguf-py ----------------------------------------------------------------
 
 TEST(Quant, BlockStructsMatchDTypeTable) {
-  EXPECT_EQ(sizeof(BlockQ4_0), dtype_size(DType::q4_0));
-  EXPECT_EQ(sizeof(BlockQ4_1), dtype_size(DType::q4_1));
-  EXPECT_EQ(sizeof(BlockQ8_0), dtype_size(DType::q8_0));
-  EXPECT_EQ(sizeof(BlockQ4_K), dtype_size(DType::q4_k));
-  EXPECT_EQ(sizeof(BlockQ5_K), dtype_size(DType::q5_k));
-  EXPECT_EQ(sizeof(BlockQ6_K), dtype_size(DType::q6_k));
-  EXPECT_EQ(sizeof(BlockQ5_0), dtype_size(DType::q5_0));
-  EXPECT_EQ(sizeof(BlockQ5_1), dtype_size(DType::q5_1));
-  EXPECT_EQ(sizeof(BlockIQ4_NL), dtype_size(DType::iq4_nl));
-  EXPECT_EQ(sizeof(BlockQ2_K), dtype_size(DType::q2_k));
-  EXPECT_EQ(sizeof(BlockQ3_K), dtype_size(DType::q3_k));
-  EXPECT_EQ(sizeof(BlockIQ4_XS), dtype_size(DType::iq4_xs));
-  EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
-  EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
+  EXPECT_EQ(sizeof(ops::BlockQ4_0), dtype_size(DType::q4_0));
+  EXPECT_EQ(sizeof(ops::BlockQ4_1), dtype_size(DType::q4_1));
+  EXPECT_EQ(sizeof(ops::BlockQ8_0), dtype_size(DType::q8_0));
+  EXPECT_EQ(sizeof(ops::BlockQ4_K), dtype_size(DType::q4_k));
+  EXPECT_EQ(sizeof(ops::BlockQ5_K), dtype_size(DType::q5_k));
+  EXPECT_EQ(sizeof(ops::BlockQ6_K), dtype_size(DType::q6_k));
+  EXPECT_EQ(sizeof(ops::BlockQ5_0), dtype_size(DType::q5_0));
+  EXPECT_EQ(sizeof(ops::BlockQ5_1), dtype_size(DType::q5_1));
+  EXPECT_EQ(sizeof(ops::BlockIQ4_NL), dtype_size(DType::iq4_nl));
+  EXPECT_EQ(sizeof(ops::BlockQ2_K), dtype_size(DType::q2_k));
+  EXPECT_EQ(sizeof(ops::BlockQ3_K), dtype_size(DType::q3_k));
+  EXPECT_EQ(sizeof(ops::BlockIQ4_XS), dtype_size(DType::iq4_xs));
+  EXPECT_EQ(offsetof(ops::BlockQ6_K, d), 208u);
+  EXPECT_EQ(offsetof(ops::BlockQ5_K, qs), 48u);
 }
 
 TEST(Quant, KQuantScalePackingRoundTrips) {
@@ -239,10 +239,10 @@ TEST(Quant, KQuantScalePackingRoundTrips) {
       mn[j] = static_cast<int>(rng() % 64);
     }
     uint8_t packed[12];
-    kquant_pack_scales(sc, mn, packed);
+    ops::kquant_pack_scales(sc, mn, packed);
     for (int j = 0; j < 8; ++j) {
       int s = -1, m = -1;
-      kquant_scale_min(packed, j, s, m);
+      ops::kquant_scale_min(packed, j, s, m);
       ASSERT_EQ(s, sc[j]) << "sub-block " << j;
       ASSERT_EQ(m, mn[j]) << "sub-block " << j;
     }
@@ -457,25 +457,27 @@ TEST(Quant, ErrorsNameTheProblem) {
   std::vector<float> x(64, 1.0f);
   std::vector<uint8_t> out(4096);
   try {
-    quantize(DType::q4_0, x.data(), 33, out.data());
+    ops::quantize(DType::q4_0, x.data(), 33, out.data());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), "quant");
     EXPECT_NE(std::string(e.what()).find("blocks of 32"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(dequantize(DType::q4_k, out.data(), 128, x.data()), Error);
-  EXPECT_THROW(quantize(DType::i32, x.data(), 4, out.data()), Error);
-  EXPECT_THROW(dequantize(DType::u8, out.data(), 4, x.data()), Error);
+  EXPECT_THROW(ops::dequantize(DType::q4_k, out.data(), 128, x.data()), Error);
+  EXPECT_THROW(ops::quantize(DType::i32, x.data(), 4, out.data()), Error);
+  EXPECT_THROW(ops::dequantize(DType::u8, out.data(), 4, x.data()), Error);
   AffineFormat bad;
   bad.group_size = 48;
   std::vector<uint32_t> packed(8);
   std::vector<uint16_t> params(2);
-  EXPECT_THROW(affine_quantize(bad, x.data(), 1, 48, packed.data(), params.data(), params.data()),
-               Error);
+  EXPECT_THROW(
+      ops::affine_quantize(bad, x.data(), 1, 48, packed.data(), params.data(), params.data()),
+      Error);
   AffineFormat good;
   good.group_size = 32;
-  EXPECT_THROW(affine_quantize(good, x.data(), 1, 48, packed.data(), params.data(), params.data()),
-               Error);
+  EXPECT_THROW(
+      ops::affine_quantize(good, x.data(), 1, 48, packed.data(), params.data(), params.data()),
+      Error);
 }
 
 // --- MLX affine ----------------------------------------------------------------------------
@@ -488,7 +490,7 @@ TEST(Affine, PacksLowBitsFirst) {
   for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j % 16);  // scale 1, bias 0: q = j % 16
   std::vector<uint32_t> packed(4);
   std::vector<uint16_t> scales(1), biases(1);
-  affine_quantize(f4, x.data(), 1, 32, packed.data(), scales.data(), biases.data());
+  ops::affine_quantize(f4, x.data(), 1, 32, packed.data(), scales.data(), biases.data());
   EXPECT_EQ(packed[0], 0x76543210u);
   EXPECT_EQ(packed[1], 0xFEDCBA98u);
   EXPECT_EQ(f16_to_f32(scales[0]), 1.0f);
@@ -500,11 +502,11 @@ TEST(Affine, PacksLowBitsFirst) {
   f8.scale_type = DType::bf16;
   for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j == 31 ? 255 : j);  // q = x
   packed.assign(8, 0);
-  affine_quantize(f8, x.data(), 1, 32, packed.data(), scales.data(), biases.data());
+  ops::affine_quantize(f8, x.data(), 1, 32, packed.data(), scales.data(), biases.data());
   EXPECT_EQ(packed[0], 0x03020100u);
   EXPECT_EQ(packed[7], 0xFF1E1D1Cu);
   std::vector<float> y(32);
-  affine_dequantize(f8, packed.data(), scales.data(), biases.data(), 1, 32, y.data());
+  ops::affine_dequantize(f8, packed.data(), scales.data(), biases.data(), 1, 32, y.data());
   EXPECT_EQ(y, x);
 }
 
@@ -523,12 +525,14 @@ TEST(Affine, RoundTripWithinHalfAStep) {
         const int64_t rows = 7;
         const int64_t cols = 512;
         const std::vector<float> x = normal(static_cast<size_t>(rows * cols), rng, 0.1f);
-        std::vector<uint32_t> packed(static_cast<size_t>(rows * affine_words_per_row(f, cols)));
+        std::vector<uint32_t> packed(
+            static_cast<size_t>(rows * ops::affine_words_per_row(f, cols)));
         std::vector<uint16_t> scales(static_cast<size_t>(rows * cols / group));
         std::vector<uint16_t> biases(scales.size());
-        affine_quantize(f, x.data(), rows, cols, packed.data(), scales.data(), biases.data());
+        ops::affine_quantize(f, x.data(), rows, cols, packed.data(), scales.data(), biases.data());
         std::vector<float> y(x.size());
-        affine_dequantize(f, packed.data(), scales.data(), biases.data(), rows, cols, y.data());
+        ops::affine_dequantize(f, packed.data(), scales.data(), biases.data(), rows, cols,
+                               y.data());
         const double levels = (1 << bits) - 1;
         for (int64_t g = 0; g < rows * cols / group; ++g) {
           const float* xg = x.data() + g * group;
@@ -671,12 +675,12 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
         f.group_size = group;
         f.scale_type = group == 32 ? DType::bf16 : DType::f16;
         const int64_t n = 19, k = 256;
-        std::vector<uint32_t> packed(static_cast<size_t>(n * affine_words_per_row(f, k)));
+        std::vector<uint32_t> packed(static_cast<size_t>(n * ops::affine_words_per_row(f, k)));
         std::vector<uint16_t> scales(static_cast<size_t>(n * k / group)), biases(scales.size());
         const std::vector<float> source = normal(static_cast<size_t>(n * k), rng, 0.3f);
-        affine_quantize(f, source.data(), n, k, packed.data(), scales.data(), biases.data());
+        ops::affine_quantize(f, source.data(), n, k, packed.data(), scales.data(), biases.data());
         std::vector<float> w(source.size()), offsets(source.size());
-        affine_dequantize(f, packed.data(), scales.data(), biases.data(), n, k, w.data());
+        ops::affine_dequantize(f, packed.data(), scales.data(), biases.data(), n, k, w.data());
         for (size_t e = 0; e < w.size(); ++e) {
           const uint16_t b = biases[e / group];
           offsets[e] = f.scale_type == DType::bf16 ? bf16_to_f32(b) : f16_to_f32(b);
@@ -685,7 +689,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
           SCOPED_TRACE(cat("affine q", bits, " g", group, " M ", m));
           const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
           TensorView xt = upload(DType::f32, {m, k}, x.data());
-          TensorView wt = upload(DType::u32, {n, affine_words_per_row(f, k)}, packed.data());
+          TensorView wt = upload(DType::u32, {n, ops::affine_words_per_row(f, k)}, packed.data());
           TensorView st = upload(f.scale_type, {n, k / group}, scales.data());
           TensorView bt = upload(f.scale_type, {n, k / group}, biases.data());
           TensorView ot = backend->alloc_tensor(DType::f32, {m, n});

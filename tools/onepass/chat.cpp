@@ -56,11 +56,11 @@ int run_chat(const ChatArgs& args) {
   const std::filesystem::path path = resolve_model(args.model, where);
 
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::optional<TokenizerData> vocab = source->tokenizer_data();
+  const std::optional<model::TokenizerData> vocab = source->tokenizer_data();
   check(vocab.has_value(), where, source->describe(),
         " has no vocabulary (tokenizer.ggml.*); chat needs one");
-  const Tokenizer tokenizer(*vocab);
-  chat_template_of(tokenizer);  // no template: fail before loading the weights
+  const model::Tokenizer tokenizer(*vocab);
+  model::chat_template_of(tokenizer);  // no template: fail before loading the weights
   // The training context, at most 4096 tokens unless -c says otherwise.
   const int64_t context =
       args.context > 0 ? args.context : std::min<int64_t>(source->config().train_context, 4096);
@@ -96,7 +96,7 @@ int run_chat(const ChatArgs& args) {
     std::fprintf(stderr,
                  "Type a message and press Enter; /reset clears the history, Ctrl-D quits.\n");
   }
-  std::vector<ChatMessage> messages;
+  std::vector<model::ChatMessage> messages;
   if (!args.system.empty()) messages.push_back({"system", args.system});
   const size_t first_turn = messages.size();
   model::Sampler sampler(sampling);
@@ -120,7 +120,7 @@ int run_chat(const ChatArgs& args) {
       continue;
     }
     messages.push_back({"user", line});
-    std::vector<int32_t> prompt = tokenizer.encode(render_chat(tokenizer, messages));
+    std::vector<int32_t> prompt = tokenizer.encode(model::render_chat(tokenizer, messages));
     // The oldest turns leave when the conversation outgrows the context.
     bool trimmed = false;
     while (static_cast<int64_t>(prompt.size()) + args.tokens > context &&

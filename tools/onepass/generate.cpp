@@ -85,17 +85,17 @@ int run_generate(const GenerateArgs& args) {
   }
 
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::optional<TokenizerData> vocab = source->tokenizer_data();
+  const std::optional<model::TokenizerData> vocab = source->tokenizer_data();
   check(vocab.has_value(), where, source->describe(),
         " has no vocabulary (tokenizer.ggml.*); generate needs one");
-  const Tokenizer tokenizer(*vocab);
+  const model::Tokenizer tokenizer(*vocab);
 
   std::string text = user_text;
   if (args.chat) {
-    std::vector<ChatMessage> messages;
+    std::vector<model::ChatMessage> messages;
     if (!args.system.empty()) messages.push_back({"system", args.system});
     messages.push_back({"user", user_text});
-    text = render_chat(tokenizer, messages);
+    text = model::render_chat(tokenizer, messages);
   }
   const std::vector<int32_t> prompt = tokenizer.encode(text);
   check(!prompt.empty(), where,

@@ -49,7 +49,7 @@ void print_totals(const std::map<std::string, TypeTotal>& totals, uint64_t param
 }
 
 void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
-  const GgufFile file = GgufFile::open(path);
+  const model::GgufFile file = model::GgufFile::open(path);
   std::printf("file: %s\nformat: GGUF v%u, alignment %llu, tensor data at offset %llu\n",
               printable(path.string(), false).c_str(), file.version(),
               static_cast<unsigned long long>(file.alignment()),
@@ -62,7 +62,7 @@ void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
   }
 
   std::printf("\nmetadata: %zu keys\n", file.metadata().size());
-  for (const GgufEntry& entry : file.metadata()) {
+  for (const model::GgufEntry& entry : file.metadata()) {
     // Keys and values come from the file: escaped, so that they cannot drive the terminal.
     std::printf("  %s = %s\n", printable(entry.key, false).c_str(),
                 printable(entry.value.describe(args.max_items), false).c_str());
@@ -73,7 +73,7 @@ void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
   uint64_t tensor_bytes = 0;
   if (args.tensors) std::printf("\ntensors (shape outermost first):\n");
   size_t index = 0;
-  for (const TensorInfo& t : file.tensors()) {
+  for (const model::TensorInfo& t : file.tensors()) {
     const auto numel = static_cast<uint64_t>(t.shape.numel());
     // A type onepass cannot compute with is listed by the file's name for it.
     const std::string type = t.unsupported_type.empty() ? std::string(dtype_name(t.dtype))
@@ -94,7 +94,7 @@ void inspect_gguf(const std::filesystem::path& path, const InspectArgs& args) {
 }
 
 void inspect_mlx(const std::filesystem::path& dir, const InspectArgs& args) {
-  const MlxModel model = MlxModel::open(dir);
+  const model::MlxModel model = model::MlxModel::open(dir);
   std::printf("directory: %s\nformat: MLX (safetensors)\n", printable(dir.string(), false).c_str());
   if (const auto q = model.quantization()) {
     std::printf("quantization: affine %u-bit, group %u, scales %s\n", q->bits, q->group_size,
@@ -118,14 +118,14 @@ void inspect_mlx(const std::filesystem::path& dir, const InspectArgs& args) {
   uint64_t tensor_bytes = 0;
   if (args.tensors) std::printf("\ntensors (shape outermost first; packed shapes as stored):\n");
   size_t index = 0;
-  for (const TensorInfo& t : model.tensors()) {
+  for (const model::TensorInfo& t : model.tensors()) {
     std::string type(dtype_name(t.dtype));
     uint64_t numel = static_cast<uint64_t>(t.shape.numel());
     std::string note;
     if (companion_of_quantized(t.name)) {
       numel = 0;
     } else if (model.is_quantized(t.name)) {
-      const MlxQuantizedWeight& q = model.quantized(t.name);
+      const model::MlxQuantizedWeight& q = model.quantized(t.name);
       numel = static_cast<uint64_t>(q.shape.numel());
       type = cat("affine", q.format.bits);
       note = cat("  (", q.shape.str(), " in ", q.format.bits, " bits, group ", q.format.group_size,

@@ -115,7 +115,8 @@ struct Parsed {
 
 class Server {
  public:
-  Server(const ServeArgs& args, model::LlamaModel& llama, const Tokenizer& tokenizer, std::string model_id)
+  Server(const ServeArgs& args, model::LlamaModel& llama, const model::Tokenizer& tokenizer,
+         std::string model_id)
       : args_(args),
         llama_(llama),
         tokenizer_(tokenizer),
@@ -230,12 +231,12 @@ class Server {
       if (it == body.end() || !it->is_array() || it->empty()) {
         throw BadRequest{"'messages' must be a non-empty array", "messages"};
       }
-      std::vector<ChatMessage> messages;
+      std::vector<model::ChatMessage> messages;
       for (const json& m : *it) {
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
           throw BadRequest{"each message needs a 'role' string", "messages"};
         }
-        ChatMessage message{m["role"].get<std::string>(), ""};
+        model::ChatMessage message{m["role"].get<std::string>(), ""};
         const json content = m.value("content", json());
         if (content.is_string()) {
           message.content = content.get<std::string>();
@@ -253,7 +254,7 @@ class Server {
         messages.push_back(std::move(message));
       }
       try {
-        text = render_chat(tokenizer_, messages);
+        text = model::render_chat(tokenizer_, messages);
       } catch (const Error& e) {
         throw BadRequest{e.what(), "messages"};
       }
@@ -467,7 +468,7 @@ class Server {
 
   const ServeArgs& args_;
   model::LlamaModel& llama_;
-  const Tokenizer& tokenizer_;
+  const model::Tokenizer& tokenizer_;
   std::string model_id_;
   serve::Engine engine_;
   int64_t created_;
@@ -493,9 +494,9 @@ int run_serve(const ServeArgs& args) {
   const BackendChoice choice = parse_backend_choice(args.backend);
   const std::filesystem::path path = resolve_model(args.model, where);
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::optional<TokenizerData> vocab = source->tokenizer_data();
+  const std::optional<model::TokenizerData> vocab = source->tokenizer_data();
   check(vocab.has_value(), where, source->describe(), " has no vocabulary (tokenizer.ggml.*); serve needs one");
-  const Tokenizer tokenizer(*vocab);
+  const model::Tokenizer tokenizer(*vocab);
 
   Options options = Options::defaults();
   if (args.threads > 0) options.cpu_threads = static_cast<int>(args.threads);

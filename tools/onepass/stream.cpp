@@ -8,13 +8,13 @@
 namespace onepass::cli {
 
 StreamResult stream_completion(model::LlamaModel& llama, model::Sampler& sampler,
-                               const Tokenizer& tokenizer, std::span<const float> logits,
+                               const model::Tokenizer& tokenizer, std::span<const float> logits,
                                const StreamOptions& options,
                                const std::function<void(std::string_view)>& print,
                                std::vector<int32_t>* fed) {
   StreamResult result;
   serve::StopMatcher filter(options.stops);
-  Detokenizer detokenizer(
+  model::Detokenizer detokenizer(
       tokenizer, {.render_special = false, .strip_space_prefix = options.strip_space_prefix});
   auto emit = [&](std::string_view text) {
     const std::string out = filter.push(text);

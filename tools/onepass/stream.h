@@ -37,7 +37,7 @@ struct StreamResult {
 /// sampler without a repetition penalty decodes on the device in fed runs. `fed`, when
 /// given, receives every token appended to the cache.
 StreamResult stream_completion(model::LlamaModel& llama, model::Sampler& sampler,
-                               const Tokenizer& tokenizer, std::span<const float> logits,
+                               const model::Tokenizer& tokenizer, std::span<const float> logits,
                                const StreamOptions& options,
                                const std::function<void(std::string_view)>& print,
                                std::vector<int32_t>* fed = nullptr);

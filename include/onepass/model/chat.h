@@ -8,7 +8,7 @@
 
 #include "onepass/model/tokenizer.h"
 
-namespace onepass {
+namespace onepass::model {
 
 struct ChatMessage {
   std::string role;  ///< "system", "user", "assistant", ... as the template accepts them
@@ -51,4 +51,4 @@ std::string chat_template_of(const Tokenizer& tokenizer);
 std::string render_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
                         bool add_generation_prompt = true);
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -18,7 +18,7 @@
 #include "onepass/core/tensor.h"
 #include "onepass/model/mapped_file.h"
 
-namespace onepass {
+namespace onepass::model {
 
 /// Metadata value types, with the ids GGUF files use.
 enum class GgufType : uint32_t {
@@ -276,4 +276,4 @@ class GgufWriter {
   uint64_t current_written_ = 0;  // bytes of tensors_[current_tensor_] written
 };
 
-}  // namespace onepass
+}  // namespace onepass::model

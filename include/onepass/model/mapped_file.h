@@ -12,7 +12,7 @@
 #include "onepass/core/dtype.h"
 #include "onepass/core/tensor.h"
 
-namespace onepass {
+namespace onepass::model {
 
 /// What a stat() mode describes: "a regular file", "a directory", "a FIFO", ...
 std::string_view file_kind(unsigned mode);
@@ -69,4 +69,4 @@ struct TensorInfo {
   std::string unsupported_type;
 };
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -14,7 +14,7 @@
 #include "onepass/model/mapped_file.h"
 #include "onepass/model/safetensors.h"
 
-namespace onepass {
+namespace onepass::model {
 
 /// config.json as parsed. Complete only inside the library (src/model/mlx_config_json.h),
 /// so no JSON library reaches the public headers; config_text() gives its text.
@@ -80,4 +80,4 @@ class MlxModel {
   std::map<std::string, MlxQuantizedWeight, std::less<>> quantized_;  // by module name
 };
 
-}  // namespace onepass
+}  // namespace onepass::model

@@ -14,7 +14,7 @@
 #include "onepass/core/dtype.h"
 #include "onepass/model/mapped_file.h"
 
-namespace onepass {
+namespace onepass::model {
 
 /// The onepass dtype of a safetensors dtype name ("F32", "F16", "BF16", "I32", "U32", "U8");
 /// nullopt for names onepass has no type for.
@@ -62,4 +62,4 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-}  // namespace onepass
+}  // namespace onepass::model

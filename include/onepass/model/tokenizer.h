@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace onepass {
+namespace onepass::model {
 
 /// A vocabulary as a GGUF file stores it (keys tokenizer.ggml.*), so the tokenizer does not
 /// depend on the file reader. Empty `scores` / `token_types` mean "all 0" / "all normal".
@@ -128,4 +128,4 @@ class Detokenizer {
 /// chat template. Deterministic in (vocab_size, pre, seed).
 TokenizerData synthesize_bpe_vocab(int32_t vocab_size, std::string pre, uint64_t seed);
 
-}  // namespace onepass
+}  // namespace onepass::model

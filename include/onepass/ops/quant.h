@@ -61,7 +61,7 @@
 #include "onepass/core/dtype.h"
 #include "onepass/core/half.h"
 
-namespace onepass {
+namespace onepass::ops {
 
 /// Values per block of the 32-value formats (q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl).
 inline constexpr int kQuantBlock32 = 32;
@@ -367,4 +367,4 @@ void affine_quantize(const AffineFormat& format, const float* src, int64_t rows,
 void affine_dequantize(const AffineFormat& format, const uint32_t* packed, const uint16_t* scales,
                        const uint16_t* biases, int64_t rows, int64_t cols, float* dst);
 
-}  // namespace onepass
+}  // namespace onepass::ops

@@ -94,7 +94,7 @@ class Engine {
  public:
   /// The engine uses `model` and `tokenizer` from its worker thread only; both must
   /// outlive it.
-  Engine(model::LlamaModel& model, const Tokenizer& tokenizer, EngineOptions options = {});
+  Engine(model::LlamaModel& model, const model::Tokenizer& tokenizer, EngineOptions options = {});
   /// Cancels whatever is queued or running and joins the worker.
   ~Engine();
   Engine(const Engine&) = delete;

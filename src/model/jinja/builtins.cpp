@@ -7,7 +7,7 @@
 
 #include "model/jinja/jinja_internal.h"
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 namespace {
 
 using VK = Value::Kind;
@@ -579,4 +579,4 @@ Value call_global(std::string_view name, const Arguments& args) {
   throw BuiltinError("is not supported");
 }
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

@@ -7,7 +7,7 @@
 #include "model/jinja/jinja_internal.h"
 #include "onepass/core/error.h"
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 namespace {
 
 using VK = Value::Kind;
@@ -633,4 +633,4 @@ Template& Template::operator=(Template&&) noexcept = default;
 
 std::string Template::render(const Json& variables) const { return evaluate(*program_, variables); }
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 
 /// Template variables: JSON objects keep their insertion order, as Python dicts do.
 using Json = nlohmann::ordered_json;
@@ -42,4 +42,4 @@ class Template {
   std::unique_ptr<Program> program_;
 };
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

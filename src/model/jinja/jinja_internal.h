@@ -12,7 +12,7 @@
 
 #include "model/jinja/jinja.h"
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 
 // ---------------------------------------------------------------------------------------
 // Values
@@ -221,4 +221,4 @@ struct BuiltinError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

@@ -6,7 +6,7 @@
 #include "model/jinja/jinja_internal.h"
 #include "onepass/core/error.h"
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 
 std::string position(std::string_view source, size_t offset) {
   size_t line = 1;
@@ -300,4 +300,4 @@ std::vector<Token> lex(std::string_view source, const TemplateOptions& options) 
   return Lexer(source, options).run();
 }
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

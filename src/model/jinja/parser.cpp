@@ -7,7 +7,7 @@
 #include "model/jinja/jinja_internal.h"
 #include "onepass/core/error.h"
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 namespace {
 
 using Kind = Token::Kind;
@@ -597,4 +597,4 @@ Body parse(const std::vector<Token>& tokens, std::string_view source,
   return Parser(tokens, source, options).parse_template();
 }
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

@@ -7,7 +7,7 @@
 
 #include "model/jinja/jinja_internal.h"
 
-namespace onepass::jinja {
+namespace onepass::model::jinja {
 
 Value Value::undefined(std::string name) {
   Value v;
@@ -455,4 +455,4 @@ std::vector<std::string> code_points(std::string_view text) {
   return out;
 }
 
-}  // namespace onepass::jinja
+}  // namespace onepass::model::jinja

@@ -32,7 +32,7 @@ void embedding_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64
       std::memcpy(out, row, static_cast<size_t>(a.dim) * sizeof(S));
     } else {
       float* values = thread_scratch(a.dim);
-      dequantize(W, row, a.dim, values);
+      ops::dequantize(W, row, a.dim, values);
       for (int64_t j = 0; j < a.dim; ++j) out[j] = E::store(values[j]);
     }
   }

@@ -29,7 +29,7 @@
 #define ONEPASS_UNROLL
 #endif
 
-namespace onepass::quantdot {
+namespace onepass::cuda::quantdot {
 
 /// 32 activations quantized as x ~ d * q, plus exact sums of the two halves of the
 /// original values (for the formats with offsets). The int8 values are held in registers
@@ -578,4 +578,4 @@ inline void quantize_group_host(const float* x, int8_t* q, float& d, float& sum_
   }
 }
 
-}  // namespace onepass::quantdot
+}  // namespace onepass::cuda::quantdot

@@ -17,7 +17,7 @@ namespace {
 // The 32 grid values of 16 nibble bytes (byte j: value j low, value j + 16 high) as 4 x 8
 // floats in value order.
 inline void iq4_values(const uint8_t* qs, __m256* v) {
-  const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+  const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values));
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0xF);
   const __m128i lo = _mm_shuffle_epi8(grid, _mm_and_si128(raw, mask));
@@ -46,13 +46,13 @@ struct FmtIQ4_XS {
   static constexpr Combine kCombine = Combine::scale;
   template <typename F>
   static void decode(const uint8_t* b, F&& f) {
-    BlockIQ4_XS block;
+    ops::BlockIQ4_XS block;
     std::memcpy(&block, b, 8);  // d and the scales
     const float d = half_at(b);
     for (int i = 0; i < 8; ++i) {
       __m256 v[4];
       iq4_values(b + 8 + 16 * i, v);
-      f(i, v, d * static_cast<float>(iq4xs_scale(block, i) - 32), 0.0f);
+      f(i, v, d * static_cast<float>(ops::iq4xs_scale(block, i) - 32), 0.0f);
     }
   }
 };
@@ -69,7 +69,7 @@ namespace {
 template <typename Set, typename F>
 inline void iq4_run(Set set, int sub, float scale, const uint8_t* qs, F&& f) {
   const __m512 grid = _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))));
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values))));
   const __m512 table = _mm512_mul_ps(_mm512_set1_ps(scale), grid);
   const __m512i idx = bytes_u32(qs);
   const __m512 w[2] = {_mm512_permutexvar_ps(idx, table),
@@ -91,12 +91,14 @@ struct IQ4_XS {
   static constexpr int kBytes = 136;
   template <int, typename F>
   static void decode(const uint8_t* b, F&& f) {
-    BlockIQ4_XS block;
+    ops::BlockIQ4_XS block;
     std::memcpy(&block, b, 8);  // d and the scales
     const float d = half_at(b);
     for (int i = 0; i < 8; i += 2) {
-      iq4_run(Set<0>{}, i, d * static_cast<float>(iq4xs_scale(block, i) - 32), b + 8 + 16 * i, f);
-      iq4_run(Set<1>{}, i + 1, d * static_cast<float>(iq4xs_scale(block, i + 1) - 32), b + 24 + 16 * i, f);
+      iq4_run(Set<0>{}, i, d * static_cast<float>(ops::iq4xs_scale(block, i) - 32), b + 8 + 16 * i,
+              f);
+      iq4_run(Set<1>{}, i + 1, d * static_cast<float>(ops::iq4xs_scale(block, i + 1) - 32),
+              b + 24 + 16 * i, f);
     }
   }
 };

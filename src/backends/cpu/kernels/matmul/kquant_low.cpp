@@ -16,7 +16,7 @@ namespace {
 // The 16 scales d * sc of a q3_k block.
 inline void q3k_scales(const uint8_t* b, float* scale) {
   const float d = half_at(b + 108);
-  for (int i = 0; i < 16; ++i) scale[i] = d * static_cast<float>(q3k_scale(b + 96, i) - 32);
+  for (int i = 0; i < 16; ++i) scale[i] = d * static_cast<float>(ops::q3k_scale(b + 96, i) - 32);
 }
 
 // The 16 scales d * sc and negated mins -(dmin * mn) of a q2_k block.

@@ -36,30 +36,30 @@ void decode_range(const void* row, int64_t first, int64_t count, float* dst) {
       dst[j] = Elem<W>::load(bits);
     }
   } else if constexpr (W == DType::q4_0) {
-    decode_blocks<BlockQ4_0>(w, first, count, 32, dst);
+    decode_blocks<ops::BlockQ4_0>(w, first, count, 32, dst);
   } else if constexpr (W == DType::q4_1) {
-    decode_blocks<BlockQ4_1>(w, first, count, 32, dst);
+    decode_blocks<ops::BlockQ4_1>(w, first, count, 32, dst);
   } else if constexpr (W == DType::q8_0) {
-    decode_blocks<BlockQ8_0>(w, first, count, 32, dst);
+    decode_blocks<ops::BlockQ8_0>(w, first, count, 32, dst);
   } else if constexpr (W == DType::q4_k) {
-    decode_blocks<BlockQ4_K>(w, first, count, 256, dst);
+    decode_blocks<ops::BlockQ4_K>(w, first, count, 256, dst);
   } else if constexpr (W == DType::q5_k) {
-    decode_blocks<BlockQ5_K>(w, first, count, 256, dst);
+    decode_blocks<ops::BlockQ5_K>(w, first, count, 256, dst);
   } else if constexpr (W == DType::q5_0) {
-    decode_blocks<BlockQ5_0>(w, first, count, 32, dst);
+    decode_blocks<ops::BlockQ5_0>(w, first, count, 32, dst);
   } else if constexpr (W == DType::q5_1) {
-    decode_blocks<BlockQ5_1>(w, first, count, 32, dst);
+    decode_blocks<ops::BlockQ5_1>(w, first, count, 32, dst);
   } else if constexpr (W == DType::q2_k) {
-    decode_blocks<BlockQ2_K>(w, first, count, 256, dst);
+    decode_blocks<ops::BlockQ2_K>(w, first, count, 256, dst);
   } else if constexpr (W == DType::q3_k) {
-    decode_blocks<BlockQ3_K>(w, first, count, 256, dst);
+    decode_blocks<ops::BlockQ3_K>(w, first, count, 256, dst);
   } else if constexpr (W == DType::iq4_nl) {
-    decode_blocks<BlockIQ4_NL>(w, first, count, 32, dst);
+    decode_blocks<ops::BlockIQ4_NL>(w, first, count, 32, dst);
   } else if constexpr (W == DType::iq4_xs) {
-    decode_blocks<BlockIQ4_XS>(w, first, count, 256, dst);
+    decode_blocks<ops::BlockIQ4_XS>(w, first, count, 256, dst);
   } else {
     static_assert(W == DType::q6_k);
-    decode_blocks<BlockQ6_K>(w, first, count, 256, dst);
+    decode_blocks<ops::BlockQ6_K>(w, first, count, 256, dst);
   }
 }
 
