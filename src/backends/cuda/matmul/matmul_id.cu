@@ -29,45 +29,70 @@ __device__ __forceinline__ float* out_row(const ops::MatmulIdArgs& a, int64_t pa
   return a.out + (pair / a.slots) * a.out_token_stride + (pair % a.slots) * a.out_slot_stride;
 }
 
-// Counting sort, stable: one block. Counts with atomics (order-free); one thread turns the
-// E + 1 counts into starts, stored one place up (offsets[e + 1] = start of e); then warp 0
-// scatters the pairs in pair order, 32 at a time: lanes of the same expert take
-// consecutive places in lane order (__match_any_sync), and the group's first lane moves
-// the expert's cursor offsets[e + 1] on, which leaves it at the start of e + 1.
+// Counting sort, stable: one block. The counts live in shared memory when E + 2 of them
+// fit (kGroupSharedCounts), else in scratch. The pairs' experts are taken kGroupChunk at a
+// time into shared memory by every thread; the counts are added with atomics (order-free),
+// warp 0 scans them into starts stored one place up (counts[e + 1] = start of e) and then
+// scatters each chunk in pair order, 32 pairs at a time: lanes of the same expert take
+// consecutive places in lane order (__match_any_sync) and the group's first lane moves the
+// expert's cursor counts[e + 1] on, which leaves it at the start of e + 1.
+constexpr int kGroupSharedCounts = 1024;
+constexpr int kGroupChunk = 1024;
+
 __global__ void group_kernel(const __grid_constant__ ops::MatmulIdArgs a) {
+  __shared__ int32_t shared_counts[kGroupSharedCounts];
+  __shared__ int32_t chunk[kGroupChunk];
   pdl_wait();
   const int64_t experts = a.n_experts;
   const int64_t pairs = a.tokens * a.slots;
   int32_t* offsets = a.scratch;
   int32_t* sorted = a.scratch + experts + 2;
-  for (int64_t e = threadIdx.x; e < experts + 2; e += blockDim.x) offsets[e] = 0;
+  int32_t* counts = experts + 2 <= kGroupSharedCounts ? shared_counts : offsets;
+  for (int64_t e = threadIdx.x; e < experts + 2; e += blockDim.x) counts[e] = 0;
   __syncthreads();
-  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&offsets[expert_of(a, p) + 1], 1);
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&counts[expert_of(a, p) + 1], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t start = 0;
-    for (int64_t e = 0; e <= experts; ++e) {
-      const int32_t count = offsets[e + 1];
-      offsets[e + 1] = start;
-      start += count;
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  volatile int32_t* cursor = counts;  // written and read back by the lanes of warp 0
+  if (threadIdx.x < 32) {
+    int32_t carry = 0;
+    for (int64_t e0 = 0; e0 <= experts; e0 += 32) {
+      const int64_t e = e0 + lane;
+      const int32_t count = e <= experts ? cursor[e + 1] : 0;
+      int32_t inclusive = count;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int32_t v = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (static_cast<int>(lane) >= offset) inclusive += v;
+      }
+      if (e <= experts) cursor[e + 1] = carry + inclusive - count;
+      carry += __shfl_sync(0xffffffffu, inclusive, 31);
     }
   }
-  __syncthreads();
-  if (threadIdx.x >= 32) return;
-  volatile int32_t* cursor = offsets;  // written and read back by the lanes of one warp
-  const unsigned lane = threadIdx.x;
-  for (int64_t base = 0; base < pairs; base += 32) {
-    const int64_t p = base + lane;
-    const bool valid = p < pairs;
-    const int64_t e = valid ? expert_of(a, p) : experts + 1;
-    const unsigned same = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(e));
-    const int32_t at = valid ? cursor[e + 1] : 0;
-    __syncwarp();  // every lane has read its cursor before a leader moves it
-    if (valid) {
-      sorted[at + __popc(same & ((1u << lane) - 1u))] = static_cast<int32_t>(p);
-      if ((same & ((1u << lane) - 1u)) == 0) cursor[e + 1] = at + __popc(same);
+  for (int64_t base = 0; base < pairs; base += kGroupChunk) {
+    __syncthreads();  // the scan, or warp 0's scatter of the previous chunk, is done
+    for (int i = threadIdx.x; i < kGroupChunk; i += blockDim.x) {
+      chunk[i] = base + i < pairs ? static_cast<int32_t>(expert_of(a, base + i)) : static_cast<int32_t>(experts + 1);
     }
-    __syncwarp();
+    __syncthreads();
+    if (threadIdx.x >= 32) continue;
+    for (int j = 0; j < kGroupChunk && base + j < pairs; j += 32) {
+      const int64_t p = base + j + lane;
+      const int32_t e = chunk[j + lane];
+      const bool valid = p < pairs;
+      const unsigned same = __match_any_sync(0xffffffffu, e);
+      const int32_t at = valid ? cursor[e + 1] : 0;
+      __syncwarp();  // every lane has read its cursor before a leader moves it
+      if (valid) {
+        sorted[at + __popc(same & lanes_below)] = static_cast<int32_t>(p);
+        if ((same & lanes_below) == 0) cursor[e + 1] = at + __popc(same);
+      }
+      __syncwarp();
+    }
+  }
+  if (counts == shared_counts && threadIdx.x < 32) {
+    for (int64_t e = lane; e < experts + 2; e += 32) offsets[e] = cursor[e];
   }
 }
 
