@@ -109,6 +109,8 @@ ONEPASS_OP_CASES(matmul_id) {
   for (bool per_slot : {false, true}) {
     add_case(cases, DType::q4_k, 512, 8, per_slot, {}, "_e128", Sizes{128, 33, 256});
   }
+  // More experts than the CUDA grouping keeps counts for in shared memory (1024).
+  add_case(cases, DType::q8_0, 40, 8, false, {}, "_e1100", Sizes{1100, 8, 0});
   for (DType t : {DType::q4_k, DType::q6_k, DType::q8_0, DType::q4_0}) {
     add_case(cases, t, 37, 8, true, {}, "_e128", Sizes{128, 33, 256});
     for (bool per_slot : {false, true}) add_case(cases, t, 1, 8, per_slot, {}, "_e128_k2048", Sizes{128, 37, 2048});
