@@ -57,10 +57,12 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t tokens, int64_t slots
     // One token on CUDA with block-format weights: x quantized to int8 (mv_id_x8).
     const bool cuda = c.backend().kind() == BackendKind::cuda;
     const bool int8_x = cuda && dtype_is_quantized(t) && tokens <= ops::kMatmulIdMvMaxTokens;
-    // More tokens on CUDA with W != f32: the tensor-core grouped product (mm_id_tc), whose
-    // input rounding is the dense tensor-core kernels' (cases_matmul.cpp).
+    // More tokens on CUDA with block formats, or more than the mv kernels' rows with f16 and
+    // bf16: the tensor-core grouped product (mm_id_tc), whose input rounding is the dense
+    // tensor-core kernels' (cases_matmul.cpp).
     double input_rounding = 0;
-    if (cuda && tokens > ops::kMatmulIdMvMaxTokens && t != DType::f32) {
+    if (cuda && tokens > ops::kMatmulIdMvMaxTokens && t != DType::f32 &&
+        (dtype_is_quantized(t) || tokens > ops::kMatmulMvMaxRows)) {
       input_rounding = (t == DType::bf16 ? 0x1p-8 : 0x1p-11) + (dtype_is_quantized(t) ? 0x1p-11 : 0.0);
     }
     for (int64_t p = 0; p < tokens * slots; ++p) {
@@ -109,6 +111,8 @@ ONEPASS_OP_CASES(matmul_id) {
   for (bool per_slot : {false, true}) {
     add_case(cases, DType::q4_k, 512, 8, per_slot, {}, "_e128", Sizes{128, 33, 256});
   }
+  // f16 and bf16 on the tensor cores (more tokens than the mv kernels' rows), K = 45.
+  for (DType t : {DType::f16, DType::bf16}) add_case(cases, t, 37, 8, true, {}, "_e128", Sizes{128, 33, 0});
   // More experts than the CUDA grouping keeps counts for in shared memory (1024).
   add_case(cases, DType::q8_0, 40, 8, false, {}, "_e1100", Sizes{1100, 8, 0});
   for (DType t : {DType::q4_k, DType::q6_k, DType::q8_0, DType::q4_0}) {

@@ -232,13 +232,16 @@ KernelChoice matmul_id_group(const Backend& b, const KernelRequest&) {
   return KernelChoice{&b.registry().get("matmul_id_group"), dims};
 }
 
-// Tensor cores for W != f32 (mm_id_tc: 64 x 64 tiles of (pairs, columns), grid z splits an
-// expert's pair tiles between about twice as many blocks as an even share of the pairs
-// needs), else the CUDA-core tiles of mm_id.
+// Tensor cores (mm_id_tc: 64 x 64 tiles of (pairs, columns), grid z splits an expert's pair
+// tiles between about twice as many blocks as an even share of the pairs needs) for the
+// block formats, and for f16/bf16 from as many tokens as the dense products round x to
+// f16 for (more than the mv kernels' rows); else the CUDA-core tiles of mm_id, f32 x.
 KernelChoice matmul_id_grouped(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
   const std::string tc = cat("mm_id_tc_", dtype_name(r.type), "_f32");
-  if (r.type != DType::f32 && b.registry().contains(tc)) {
+  const bool tensor_cores =
+      dtype_is_quantized(r.type) || (r.type != DType::f32 && a.tokens > ops::kMatmulMvMaxRows);
+  if (tensor_cores && b.registry().contains(tc)) {
     const Kernel& kernel = b.registry().get(tc);
     const int64_t pairs = a.tokens * a.slots;
     const int64_t tiles = (pairs + kCudaTcTileM - 1) / kCudaTcTileM;
