@@ -349,13 +349,13 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;
   size_t in_cache = 0;
   model::Sampler sampler;
-  Detokenizer detokenizer;
+  model::Detokenizer detokenizer;
   StopMatcher stops;
   bool device_greedy;     // greedy without a penalty: the step's argmax, no logits download
   Update last;
   bool finished = false;
 
-  Sequence(Job j, uint64_t order, const Tokenizer& tokenizer)
+  Sequence(Job j, uint64_t order, const model::Tokenizer& tokenizer)
       : job(std::move(j)),
         admitted(order),
         tokens(job.request.prompt),
