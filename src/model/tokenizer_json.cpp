@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/tokenizer_internal.h"
+#include "model/unicode.h"
 #include "onepass/core/error.h"
 #include "onepass/model/loader.h"
 #include "onepass/model/mapped_file.h"
@@ -194,6 +195,11 @@ class TokenizerJsonReader {
               " ('", content, "') sets ", flag, ": true, which is not supported");
       }
       const bool special = bool_of(token, "special", false, field + ".special");
+      // Matched in the normalised text (tokenizers' default for non-special tokens); checked
+      // in finish(), once the normaliser is known.
+      if (!special && bool_of(token, "normalized", true, field + ".normalized")) {
+        normalized_added_.push_back({field, content});
+      }
       set_token(id.get<int64_t>(), content, special ? TokenType::kControl : TokenType::kUserDefined,
                 field);
     }
@@ -385,6 +391,15 @@ class TokenizerJsonReader {
         }
       }
     }
+    // onepass matches added tokens in the text as given: right for a normalised one only
+    // where normalising leaves its text alone.
+    for (const auto& [field, content] : normalized_added_) {
+      const bool changes = (space_mark_ && content.find(' ') != std::string::npos) ||
+                           (data_.nfc && unicode::find_nfc_unstable(content) != content.size());
+      check(!changes, kWhere, file_, ": ", field, " ('", content,
+            "') is matched after normalisation (normalized: true), which changes its text; "
+            "this is not supported");
+    }
     if (!data_.pre_splits) data_.pre_splits.emplace();  // no split at all
     data_.token_types = types_;
   }
@@ -397,6 +412,7 @@ class TokenizerJsonReader {
   std::string file_;
   TokenizerData& data_;
   std::vector<int32_t> types_;
+  std::vector<std::pair<std::string, std::string>> normalized_added_;  // field, content
   bool byte_fallback_ = false;
   bool byte_level_ = false;
   bool space_mark_ = false;
