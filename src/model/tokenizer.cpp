@@ -256,8 +256,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
   const Impl& impl = *impl_;
   if (impl.data.nfc) {
     const size_t unstable = unicode::find_nfc_unstable(text);
-    check(unstable == text.size(), kWhere, impl.data.source, ": the vocabulary asks for NFC ",
-          "normalisation, and the text is not in NFC at byte ", unstable,
+    check(unstable == text.size(), kWhere,
+          impl.data.source.empty() ? std::string() : impl.data.source + ": ",
+          "the vocabulary asks for NFC normalisation, and the text is not in NFC at byte ", unstable,
           " (decomposed or reorderable characters); onepass does not compose them: give the ",
           "text in NFC");
   }
