@@ -326,7 +326,21 @@ class MlxSource final : public ModelSource {
   }
 
   std::optional<std::vector<float>> rope_freq_factors() const override { return rope_factors_; }
-  std::optional<TokenizerData> tokenizer_data() const override { return std::nullopt; }
+  std::optional<TokenizerData> tokenizer_data() const override {
+    std::optional<TokenizerData> data = tokenizer_data_from_hf(model_.dir());
+    if (!data) return data;
+    // Embedding rows past the vocabulary (padding to a round size) get placeholder tokens
+    // that never match text, as llama.cpp's conversion writes them.
+    const auto rows = static_cast<size_t>(config_.vocab_size);
+    check(data->tokens.size() <= rows, "mlx", data->source, ": the vocabulary has ",
+          data->tokens.size(), " tokens, but the model has ", rows,
+          " embedding rows (vocab_size); expected at most one token per row");
+    for (size_t i = data->tokens.size(); i < rows; ++i) {
+      data->tokens.push_back(cat("[onepass:unused ", i, "]"));
+      data->token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
+    }
+    return data;
+  }
   std::string describe() const override { return model_.dir().string() + " (MLX)"; }
   void release(const HostTensor& tensor) const override {
     // Only what points into a safetensors mapping: not the expanded embedding or the

@@ -66,8 +66,8 @@ struct Tokenizer::Impl {
     validate();
     build_tables();
     const tokenizer_detail::VocabView view{data, ids, types};
-    encoder = byte_level ? tokenizer_detail::make_bpe_encoder(view)
-                         : tokenizer_detail::make_spm_encoder(view);
+    encoder = data.model == "llama" ? tokenizer_detail::make_spm_encoder(view)
+                                    : tokenizer_detail::make_bpe_encoder(view);
   }
 
   int32_t vocab_size() const { return static_cast<int32_t>(data.tokens.size()); }
@@ -78,9 +78,10 @@ struct Tokenizer::Impl {
   }
 
   void validate() {
-    check(data.model == "gpt2" || data.model == "llama", kWhere, "unknown tokenizer model '",
-          data.model,
-          "' (tokenizer.ggml.model); supported: gpt2 (byte-level BPE), llama (SentencePiece)");
+    check(data.model == "gpt2" || data.model == "llama" || data.model == "sentencepiece-bpe",
+          kWhere, "unknown tokenizer model '", data.model,
+          "' (tokenizer.ggml.model); supported: gpt2 (byte-level BPE), llama (SentencePiece), "
+          "sentencepiece-bpe (SentencePiece pieces merged by rank)");
     byte_level = data.model == "gpt2";
     check(!data.tokens.empty(), kWhere, "the vocabulary has no tokens");
     check(data.tokens.size() < static_cast<size_t>(INT32_MAX), kWhere, "the vocabulary has ",
@@ -90,7 +91,7 @@ struct Tokenizer::Impl {
           " tokens but ", data.scores.size(), " scores");
     check(data.token_types.empty() || data.token_types.size() == n, kWhere, "vocabulary has ", n,
           " tokens but ", data.token_types.size(), " token types");
-    check(byte_level || !data.scores.empty(), kWhere,
+    check(data.model != "llama" || !data.scores.empty(), kWhere,
           "a SentencePiece (llama) vocabulary needs scores (tokenizer.ggml.scores)");
     for (size_t i = 0; i < data.token_types.size(); ++i) {
       check(data.token_types[i] >= 0 && data.token_types[i] <= 6, kWhere, "token ", i, " has type ",
@@ -253,13 +254,20 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
   check(invalid == text.size(), kWhere, "input is not valid UTF-8 (byte ", invalid, " of ",
         text.size(), ")");
   const Impl& impl = *impl_;
+  if (impl.data.nfc) {
+    const size_t unstable = unicode::find_nfc_unstable(text);
+    check(unstable == text.size(), kWhere,
+          impl.data.source.empty() ? std::string() : impl.data.source + ": ",
+          "the vocabulary asks for NFC normalisation, and the text is not in NFC at byte ", unstable,
+          " (decomposed or reorderable characters); onepass does not compose them: give the ",
+          "text in NFC");
+  }
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (options.add_special && impl.data.add_bos) out.push_back(impl.data.bos_id);
 
   // A text the vocabulary cannot spell is a fault of the vocabulary: name its file.
   try {
-    bool after_special = true;
     size_t run_start = 0;
     for (size_t pos = 0; pos < text.size();) {
       const SpecialToken* special = impl.match_special(text, pos, options.parse_special);
@@ -268,14 +276,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
         continue;
       }
       if (pos > run_start) {
-        impl.encoder->encode(text.substr(run_start, pos - run_start), after_special, out);
+        impl.encoder->encode(text.substr(run_start, pos - run_start), run_start == 0, out);
       }
       out.push_back(special->id);
-      after_special = true;
       pos += special->text.size();
       run_start = pos;
     }
-    if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), after_special, out);
+    if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), run_start == 0, out);
   } catch (const Error& e) {
     rethrow_with_source(e, impl.data.source);
   }
@@ -343,8 +350,9 @@ std::string Detokenizer::push(int32_t id) {
   std::string_view piece = impl.piece(id, options_.render_special, &special);
   const bool strips = options_.strip_space_prefix && !impl.byte_level && impl.data.add_space_prefix;
   if (special) {
-    // The encoder starts the text after a special token with a space again.
-    at_start_ = true;
+    // The encoder starts the text after a special token with a space again, unless the
+    // vocabulary puts one only at the very start of the input.
+    at_start_ = !impl.data.space_prefix_first_only;
   } else if (at_start_) {
     if (strips && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
     at_start_ = false;

@@ -1,7 +1,9 @@
-// Byte-level BPE ("gpt2" vocabularies): regex pre-tokenizer, GPT-2 byte mapping, merges by
-// rank.
+// Merge-ranked BPE: byte-level ("gpt2" vocabularies: regex pre-tokenizer, GPT-2 byte
+// mapping) or over characters ("sentencepiece-bpe": U+2581 for spaces, <0xNN> byte
+// fallback), merges by rank.
 #include <algorithm>
 #include <array>
+#include <cstdio>
 
 #include "model/tokenizer_internal.h"
 #include "model/unicode.h"
@@ -20,6 +22,9 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kDigitPattern = R"(\p{N})";
+// Mistral's Tekken: words split at lower-to-upper case changes, every digit on its own.
+constexpr const char* kTekkenPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct PreTokenizerSpec {
   std::vector<std::string_view> names;
@@ -34,7 +39,9 @@ const std::vector<PreTokenizerSpec>& pre_tokenizer_specs() {
       {{"gpt2", "default"}, {kGpt2Pattern}, false},
       {{"llama-bpe", "llama3"}, {kLlama3Pattern}, true},
       {{"smollm"}, {kDigitPattern, kGpt2Pattern}, false},
-      {{"qwen2"}, {kQwen2Pattern}, false},
+      // DeepSeek-R1's Qwen distillations keep Qwen2's vocabulary and split.
+      {{"qwen2", "deepseek-r1-qwen"}, {kQwen2Pattern}, false},
+      {{"tekken"}, {kTekkenPattern}, true},
   };
   return specs;
 }
@@ -50,44 +57,58 @@ uint64_t pair_key(int32_t left, int32_t right) {
 
 class BpeEncoder final : public TextEncoder {
  public:
-  explicit BpeEncoder(const VocabView& vocab) : ids_(vocab.ids) {
-    const std::string pre = vocab.data.pre.empty() ? "default" : vocab.data.pre;
-    const PreTokenizerSpec* spec = nullptr;
-    for (const PreTokenizerSpec& candidate : pre_tokenizer_specs()) {
-      for (const std::string_view name : candidate.names) {
-        if (name == pre) spec = &candidate;
+  explicit BpeEncoder(const VocabView& vocab)
+      : ids_(vocab.ids), char_level_(vocab.data.model == "sentencepiece-bpe") {
+    const TokenizerData& data = vocab.data;
+    if (data.pre_splits) {
+      for (const PreTokenizerSplit& split : *data.pre_splits) {
+        splits_.push_back({std::make_unique<unicode::Regex>(split.pattern),
+                           static_cast<unicode::SplitBehavior>(split.behavior), split.invert});
       }
+    } else if (!char_level_) {
+      add_named_splits(data.pre);
     }
-    if (spec == nullptr) {
-      std::string names;
-      for (const std::string& name : supported_pre_tokenizers()) {
-        names += names.empty() ? name : ", " + name;
-      }
-      fail("tokenizer", "unknown pre-tokenizer '", pre,
-           "' (tokenizer.ggml.pre); supported: ", names);
-    }
-    for (const char* pattern : spec->patterns)
-      regexes_.push_back(std::make_unique<unicode::Regex>(pattern));
-    ignore_merges_ = spec->ignore_merges;
+    ignore_merges_ = data.ignore_merges.value_or(ignore_merges_);
+    add_space_prefix_ = char_level_ && data.add_space_prefix;
+    space_prefix_if_missing_ = data.space_prefix_if_missing;
+    space_prefix_first_only_ = data.space_prefix_first_only;
 
-    const auto& byte_text = unicode::byte_to_unicode();
-    for (size_t b = 0; b < 256; ++b) {
-      const auto it = ids_.find(byte_text[b]);
-      byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+    if (char_level_) {
+      for (size_t b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned>(b));
+        const auto it = ids_.find(std::string_view(name));
+        byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+      }
+    } else {
+      const auto& byte_text = unicode::byte_to_unicode();
+      for (size_t b = 0; b < 256; ++b) {
+        const auto it = ids_.find(byte_text[b]);
+        byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+      }
     }
     unk_id_ = vocab.data.unk_id;
 
-    merges_.reserve(vocab.data.merges.size());
+    const std::vector<std::string>& merges = vocab.data.merges;
+    const auto& pairs = vocab.data.merge_pairs;
+    const size_t count = pairs.empty() ? merges.size() : pairs.size();
+    merges_.reserve(count);
     std::string joined;
-    for (size_t rank = 0; rank < vocab.data.merges.size(); ++rank) {
-      const std::string& merge = vocab.data.merges[rank];
-      // Split at the first space after the first character: byte-level tokens never hold a
-      // space, but a token of one space is possible in odd vocabularies.
-      const size_t space = merge.find(' ', 1);
-      check(space != std::string::npos, "tokenizer", "merge ", rank, " '", merge,
-            "' is not two tokens separated by a space");
-      const std::string_view left(merge.data(), space);
-      const std::string_view right = std::string_view(merge).substr(space + 1);
+    for (size_t rank = 0; rank < count; ++rank) {
+      std::string_view left, right;
+      if (!pairs.empty()) {
+        left = pairs[rank].first;
+        right = pairs[rank].second;
+      } else {
+        const std::string& merge = merges[rank];
+        // Split at the first space after the first character: byte-level tokens never hold
+        // a space, but a token of one space is possible in odd vocabularies.
+        const size_t space = merge.find(' ', 1);
+        check(space != std::string::npos, "tokenizer", "merge ", rank, " '", merge,
+              "' is not two tokens separated by a space");
+        left = std::string_view(merge.data(), space);
+        right = std::string_view(merge).substr(space + 1);
+      }
       joined.assign(left).append(right);
       const auto left_it = ids_.find(left), right_it = ids_.find(right);
       const auto result_it = ids_.find(joined);
@@ -100,14 +121,20 @@ class BpeEncoder final : public TextEncoder {
     }
   }
 
-  void encode(std::string_view text, bool /*after_special*/,
-              std::vector<int32_t>& out) const override {
+  void encode(std::string_view text, bool at_start, std::vector<int32_t>& out) const override {
+    std::string escaped;
+    if (char_level_) {
+      escaped = escape_spaces(text, at_start);
+      text = escaped;
+    }
     std::vector<std::string_view> pieces = {text};
-    for (const auto& regex : regexes_) pieces = regex->split(pieces);
+    for (const Split& split : splits_)
+      pieces = split.regex->split(pieces, split.behavior, split.invert);
     Scratch scratch;
     for (const std::string_view piece : pieces) {
       if (ignore_merges_) {
-        const auto it = ids_.find(unicode::bytes_to_byte_level(piece));
+        const auto it =
+            char_level_ ? ids_.find(piece) : ids_.find(unicode::bytes_to_byte_level(piece));
         if (it != ids_.end()) {
           out.push_back(it->second);
           continue;
@@ -118,6 +145,54 @@ class BpeEncoder final : public TextEncoder {
   }
 
  private:
+  struct Split {
+    std::unique_ptr<unicode::Regex> regex;
+    unicode::SplitBehavior behavior;
+    bool invert;
+  };
+
+  void add_named_splits(const std::string& name) {
+    const std::string pre = name.empty() ? "default" : name;
+    const PreTokenizerSpec* spec = nullptr;
+    for (const PreTokenizerSpec& candidate : pre_tokenizer_specs()) {
+      for (const std::string_view alias : candidate.names) {
+        if (alias == pre) spec = &candidate;
+      }
+    }
+    if (spec == nullptr) {
+      std::string names;
+      for (const std::string& known : supported_pre_tokenizers()) {
+        names += names.empty() ? known : ", " + known;
+      }
+      fail("tokenizer", "unknown pre-tokenizer '", pre, "' (tokenizer.ggml.pre); supported: ",
+           names);
+    }
+    for (const char* pattern : spec->patterns) {
+      splits_.push_back(
+          {std::make_unique<unicode::Regex>(pattern), unicode::SplitBehavior::kIsolated, false});
+    }
+    ignore_merges_ = spec->ignore_merges;
+  }
+
+  // SentencePiece's view of the text: spaces as U+2581, with the prefix space the
+  // vocabulary asks for.
+  std::string escape_spaces(std::string_view text, bool at_start) const {
+    std::string escaped;
+    escaped.reserve(text.size() + 3);
+    const bool prefix = add_space_prefix_ && !text.empty() &&
+                        (at_start || !space_prefix_first_only_) &&
+                        !(space_prefix_if_missing_ && text.front() == ' ');
+    if (prefix) escaped += kSpaceMark;
+    for (const char c : text) {
+      if (c == ' ') {
+        escaped += kSpaceMark;
+      } else {
+        escaped += c;
+      }
+    }
+    return escaped;
+  }
+
   struct Symbol {
     int32_t id;
     int32_t prev;
@@ -156,18 +231,25 @@ class BpeEncoder final : public TextEncoder {
     auto& heap = scratch.heap;
     symbols.clear();
     heap.clear();
-    for (const char c : piece) {
-      int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-      if (id < 0) id = unk_id_;
-      // Dropping the byte would encode another text (all of it, for a vocabulary of no
-      // byte symbols, leaving an empty prompt).
-      check(id >= 0, "tokenizer", "byte 0x", "0123456789abcdef"[static_cast<uint8_t>(c) >> 4],
-            "0123456789abcdef"[static_cast<uint8_t>(c) & 15],
-            " of the text has no token in the vocabulary and there is no <unk>; a byte-level ",
-            "BPE vocabulary needs a token for each of the 256 byte symbols");
+    auto add_symbol = [&](int32_t id) {
       const auto index = static_cast<int32_t>(symbols.size());
       if (!symbols.empty()) symbols.back().next = index;
       symbols.push_back({id, index - 1, -1});
+    };
+    if (char_level_) {
+      add_characters(piece, add_symbol);
+    } else {
+      for (const char c : piece) {
+        int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+        if (id < 0) id = unk_id_;
+        // Dropping the byte would encode another text (all of it, for a vocabulary of no
+        // byte symbols, leaving an empty prompt).
+        check(id >= 0, "tokenizer", "byte 0x", "0123456789abcdef"[static_cast<uint8_t>(c) >> 4],
+              "0123456789abcdef"[static_cast<uint8_t>(c) & 15],
+              " of the text has no token in the vocabulary and there is no <unk>; a byte-level ",
+              "BPE vocabulary needs a token for each of the 256 byte symbols");
+        add_symbol(id);
+      }
     }
     if (symbols.empty()) return;
     for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i)
@@ -192,15 +274,59 @@ class BpeEncoder final : public TextEncoder {
     }
   }
 
+  // One symbol per character; a character that is no token becomes its <0xNN> byte tokens,
+  // or <unk> (one for a run of them) when the vocabulary lacks some of those.
+  template <typename AddSymbol>
+  void add_characters(std::string_view piece, AddSymbol& add_symbol) const {
+    bool previous_unknown = false;
+    for (size_t pos = 0; pos < piece.size();) {
+      const size_t length = std::min(
+          piece.size() - pos,
+          std::max<size_t>(1, unicode::utf8_sequence_length(static_cast<uint8_t>(piece[pos]))));
+      const std::string_view character = piece.substr(pos, length);
+      pos += length;
+      if (const auto it = ids_.find(character); it != ids_.end()) {
+        add_symbol(it->second);
+        previous_unknown = false;
+        continue;
+      }
+      const bool all_bytes = std::all_of(character.begin(), character.end(), [&](char c) {
+        return byte_ids_[static_cast<uint8_t>(c)] >= 0;
+      });
+      if (all_bytes) {
+        for (const char c : character) add_symbol(byte_ids_[static_cast<uint8_t>(c)]);
+        previous_unknown = false;
+        continue;
+      }
+      check(unk_id_ >= 0, "tokenizer", "character '", character,
+            "' is not in the vocabulary, which has neither its <0xNN> byte tokens nor <unk>");
+      if (!previous_unknown) add_symbol(unk_id_);
+      previous_unknown = true;
+    }
+  }
+
+  static constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581
+
   const TokenMap& ids_;
-  std::vector<std::unique_ptr<unicode::Regex>> regexes_;
+  bool char_level_;
+  std::vector<Split> splits_;
   bool ignore_merges_ = false;
+  bool add_space_prefix_ = false;
+  bool space_prefix_if_missing_ = false;
+  bool space_prefix_first_only_ = false;
   std::array<int32_t, 256> byte_ids_{};
   int32_t unk_id_ = -1;
   std::unordered_map<uint64_t, MergeInfo> merges_;
 };
 
 }  // namespace
+
+static_assert(static_cast<int>(PreTokenizerSplit::Behavior::kContiguous) ==
+              static_cast<int>(unicode::SplitBehavior::kContiguous));
+
+std::string_view gpt2_split_pattern() {
+  return kGpt2Pattern;
+}
 
 std::unique_ptr<TextEncoder> make_bpe_encoder(const VocabView& vocab) {
   return std::make_unique<BpeEncoder>(vocab);

@@ -36,14 +36,18 @@ struct VocabView {
 class TextEncoder {
  public:
   virtual ~TextEncoder() = default;
-  /// Appends the ids of `text` to `out`. `after_special` is true for the first run of an
-  /// input and for a run that follows a special token (SentencePiece adds a space there).
-  virtual void encode(std::string_view text, bool after_special,
-                      std::vector<int32_t>& out) const = 0;
+  /// Appends the ids of `text` to `out`. `at_start` is true for the run that begins the
+  /// input, false for one that follows a special token (where a SentencePiece space prefix
+  /// may or may not go, as the vocabulary says).
+  virtual void encode(std::string_view text, bool at_start, std::vector<int32_t>& out) const = 0;
 };
 
-/// Byte-level BPE with the pre-tokenizer named by data.pre (throws for an unknown one).
+/// Merge-ranked BPE: byte-level ("gpt2") with the pre-tokenizer data.pre_splits or data.pre
+/// names (throws for an unknown one), or over characters with byte fallback
+/// ("sentencepiece-bpe").
 std::unique_ptr<TextEncoder> make_bpe_encoder(const VocabView& vocab);
+/// The GPT-2 split (Hugging Face's ByteLevel pre-tokenizer with use_regex).
+std::string_view gpt2_split_pattern();
 /// SentencePiece score-driven merging with byte fallback.
 std::unique_ptr<TextEncoder> make_spm_encoder(const VocabView& vocab);
 

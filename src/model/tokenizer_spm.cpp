@@ -29,11 +29,13 @@ class SpmEncoder final : public TextEncoder {
     }
   }
 
-  void encode(std::string_view text, bool after_special, std::vector<int32_t>& out) const override {
+  // llama.cpp's rule: the space prefix goes before every run, at the start and after each
+  // special token alike.
+  void encode(std::string_view text, bool /*at_start*/, std::vector<int32_t>& out) const override {
     if (text.empty()) return;
     std::string escaped;
     escaped.reserve(text.size() + 3);
-    if (add_space_prefix_ && after_special) escaped += kSpace;
+    if (add_space_prefix_) escaped += kSpace;
     for (const char c : text) {
       if (c == ' ') {
         escaped += kSpace;

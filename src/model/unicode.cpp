@@ -189,6 +189,60 @@ std::string byte_level_to_bytes(std::string_view text) {
 }
 
 // ---------------------------------------------------------------------------------------
+// NFC quick check
+
+namespace {
+
+struct CodeRange {
+  uint32_t first, last;
+};
+struct CombiningRange {
+  uint32_t first, last;
+  uint8_t combining_class;
+};
+
+#include "model/unicode_nfc_tables.inc"
+
+template <typename Range>
+const Range* find_range(const Range* begin, const Range* end, uint32_t cp) {
+  const Range* it =
+      std::upper_bound(begin, end, cp, [](uint32_t value, const Range& r) { return value < r.first; });
+  if (it == begin) return nullptr;
+  --it;
+  return cp <= it->last ? it : nullptr;
+}
+
+uint8_t combining_class(uint32_t cp) {
+  const CombiningRange* r =
+      find_range(std::begin(kCombiningClasses), std::end(kCombiningClasses), cp);
+  return r == nullptr ? 0 : r->combining_class;
+}
+
+}  // namespace
+
+size_t find_nfc_unstable(std::string_view text) {
+  uint8_t previous_class = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const auto lead = static_cast<uint8_t>(text[pos]);
+    if (lead < 0x80) {  // ASCII is stable and of class 0
+      previous_class = 0;
+      ++pos;
+      continue;
+    }
+    size_t length = std::max<size_t>(1, utf8_sequence_length(lead));
+    length = std::min(length, text.size() - pos);
+    uint32_t cp = lead & (0xFFu >> (length + 1));
+    for (size_t i = 1; i < length; ++i) cp = (cp << 6) | (static_cast<uint8_t>(text[pos + i]) & 0x3Fu);
+    if (find_range(std::begin(kNfcUnstable), std::end(kNfcUnstable), cp) != nullptr) return pos;
+    const uint8_t cls = combining_class(cp);
+    if (cls != 0 && previous_class > cls) return pos;  // canonical reordering would move it
+    previous_class = cls;
+    pos += length;
+  }
+  return text.size();
+}
+
+// ---------------------------------------------------------------------------------------
 // Regex
 
 struct Regex::Code {
@@ -213,13 +267,20 @@ Regex::Regex(std::string_view pattern) : code_(std::make_unique<Code>()) {
 
 Regex::~Regex() = default;
 
-std::vector<std::string_view> Regex::split(const std::vector<std::string_view>& pieces) const {
+std::vector<std::string_view> Regex::split(const std::vector<std::string_view>& pieces,
+                                           SplitBehavior behavior, bool invert) const {
   std::vector<std::string_view> out;
   out.reserve(pieces.size() * 2);
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(code_->code, nullptr), &pcre2_match_data_free);
   check(match != nullptr, "tokenizer", "out of memory for regex match data");
+  struct Segment {
+    size_t begin, end;
+    bool is_match;
+  };
+  std::vector<Segment> segments;
   for (const std::string_view piece : pieces) {
+    segments.clear();
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
     size_t start = 0;  // where the next gap begins
     size_t offset = 0;
@@ -235,9 +296,9 @@ std::vector<std::string_view> Regex::split(const std::vector<std::string_view>& 
       }
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
       const size_t begin = ovector[0], end = ovector[1];
-      if (begin > start) out.push_back(piece.substr(start, begin - start));
+      if (begin > start) segments.push_back({start, begin, invert});
       if (end > begin) {
-        out.push_back(piece.substr(begin, end - begin));
+        segments.push_back({begin, end, !invert});
         start = offset = end;
       } else {
         // An empty match: step over one character so the loop always advances.
@@ -245,7 +306,56 @@ std::vector<std::string_view> Regex::split(const std::vector<std::string_view>& 
             begin + std::max<size_t>(1, utf8_sequence_length(static_cast<uint8_t>(piece[begin])));
       }
     }
-    if (start < piece.size()) out.push_back(piece.substr(start));
+    if (start < piece.size()) segments.push_back({start, piece.size(), invert});
+
+    // Combine as Hugging Face tokenizers does: a match merges into a neighbouring gap only,
+    // never into another match.
+    std::vector<Segment> kept;
+    switch (behavior) {
+      case SplitBehavior::kIsolated:
+        kept = segments;
+        break;
+      case SplitBehavior::kRemoved:
+        for (const Segment& s : segments) {
+          if (!s.is_match) kept.push_back(s);
+        }
+        break;
+      case SplitBehavior::kMergedWithPrevious: {
+        bool previous_match = false;
+        for (const Segment& s : segments) {
+          if (s.is_match && !previous_match && !kept.empty()) {
+            kept.back().end = s.end;
+          } else {
+            kept.push_back(s);
+          }
+          previous_match = s.is_match;
+        }
+        break;
+      }
+      case SplitBehavior::kMergedWithNext: {
+        bool next_match = false;
+        for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
+          if (it->is_match && !next_match && !kept.empty()) {
+            kept.back().begin = it->begin;
+          } else {
+            kept.push_back(*it);
+          }
+          next_match = it->is_match;
+        }
+        std::reverse(kept.begin(), kept.end());
+        break;
+      }
+      case SplitBehavior::kContiguous:
+        for (const Segment& s : segments) {
+          if (s.is_match && !kept.empty() && kept.back().is_match) {
+            kept.back().end = s.end;
+          } else {
+            kept.push_back(s);
+          }
+        }
+        break;
+    }
+    for (const Segment& s : kept) out.push_back(piece.substr(s.begin, s.end - s.begin));
   }
   return out;
 }

@@ -22,6 +22,11 @@ size_t utf8_sequence_length(uint8_t lead);
 /// Offset of the first byte that is not part of valid UTF-8, or text.size() when all is.
 size_t find_invalid_utf8(std::string_view text);
 
+/// Offset of the first character of valid UTF-8 `text` that NFC normalisation may change (a
+/// decomposed or excluded character, one that may compose with what precedes it, or a
+/// combining mark out of canonical order), or text.size() when the text is surely in NFC.
+size_t find_nfc_unstable(std::string_view text);
+
 /// Moves the valid UTF-8 prefix of `pending` into `out`, each invalid subsequence replaced
 /// by U+FFFD. An incomplete but so-far valid sequence at the end stays in `pending`, unless
 /// `final`, when it becomes U+FFFD too.
@@ -40,6 +45,16 @@ std::string bytes_to_byte_level(std::string_view bytes);
 /// Raw bytes of byte-level text; characters outside the map are kept as UTF-8.
 std::string byte_level_to_bytes(std::string_view text);
 
+/// What a split keeps of the matches and the gaps between them (Hugging Face tokenizers'
+/// SplitDelimiterBehavior).
+enum class SplitBehavior : uint8_t {
+  kIsolated,            ///< matches and gaps each become pieces
+  kRemoved,             ///< only the gaps become pieces
+  kMergedWithPrevious,  ///< a match joins the gap before it
+  kMergedWithNext,      ///< a match joins the gap after it
+  kContiguous,          ///< adjacent matches form one piece
+};
+
 /// One compiled PCRE2 pattern (UTF + Unicode properties, JIT when available).
 class Regex {
  public:
@@ -48,10 +63,12 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  /// Splits every piece of `pieces` at the matches of this pattern: matches and the
-  /// unmatched gaps between them all become pieces, in order ("isolated" splitting).
-  /// The text must be valid UTF-8 (not re-checked).
-  std::vector<std::string_view> split(const std::vector<std::string_view>& pieces) const;
+  /// Splits every piece of `pieces` at the matches of this pattern, keeping matches and
+  /// gaps as `behavior` says; `invert` swaps the roles of matches and gaps. The text must
+  /// be valid UTF-8 (not re-checked).
+  std::vector<std::string_view> split(const std::vector<std::string_view>& pieces,
+                                      SplitBehavior behavior = SplitBehavior::kIsolated,
+                                      bool invert = false) const;
 
  private:
   struct Code;

@@ -465,6 +465,8 @@ INSTANTIATE_TEST_SUITE_P(Pre, TokenizerSynthReference,
                          ::testing::Values(std::make_pair("llama-bpe", 128256),
                                            std::make_pair("smollm", 49152),
                                            std::make_pair("qwen2", 20000),
+                                           std::make_pair("tekken", 20000),
+                                           std::make_pair("deepseek-r1-qwen", 20000),
                                            std::make_pair("gpt2", 20000)),
                          [](const auto& test_info) {
                            std::string name = test_info.param.first;

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "onepass/model/gguf.h"
 #include "onepass/model/model_source.h"
@@ -20,5 +21,9 @@ std::unique_ptr<ModelSource> open_mlx_model(const std::filesystem::path& dir);
 LlamaConfig config_from_gguf(const GgufFile& file);
 /// The vocabulary of a GGUF file (tokenizer.ggml.*).
 TokenizerData tokenizer_data_from_gguf(const GgufFile& file);
+/// The vocabulary of a Hugging Face / mlx-lm model directory: tokenizer.json, with BOS, EOS
+/// and the chat template from tokenizer_config.json (or chat_template.jinja); nullopt when
+/// there is no tokenizer.json. Throws Error naming the file and the field it cannot follow.
+std::optional<TokenizerData> tokenizer_data_from_hf(const std::filesystem::path& dir);
 
 }  // namespace onepass::model

@@ -1,5 +1,7 @@
-// Tokenizers of GGUF vocabularies: byte-level BPE ("gpt2") and SentencePiece ("llama"),
-// a streaming UTF-8 detokenizer, and a synthesizer of BPE vocabularies for random models.
+// Tokenizers of GGUF vocabularies and Hugging Face tokenizer.json files: byte-level BPE
+// ("gpt2"), SentencePiece ("llama") and SentencePiece vocabularies merged by rank
+// ("sentencepiece-bpe"); a streaming UTF-8 detokenizer, and a synthesizer of BPE
+// vocabularies for random models.
 #pragma once
 
 #include <cstdint>
@@ -8,25 +10,66 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace onepass::model {
 
-/// A vocabulary as a GGUF file stores it (keys tokenizer.ggml.*), so the tokenizer does not
-/// depend on the file reader. Empty `scores` / `token_types` mean "all 0" / "all normal".
+/// One regex split of a pre-tokenizer, as a tokenizer.json "Split" step gives it: every
+/// piece of the text is cut at the matches of `pattern`.
+struct PreTokenizerSplit {
+  /// What is kept of matches and gaps (Hugging Face's SplitDelimiterBehavior).
+  enum class Behavior : uint8_t {
+    kIsolated,            ///< matches and gaps each become pieces
+    kRemoved,             ///< only the gaps remain
+    kMergedWithPrevious,  ///< a match joins the gap before it
+    kMergedWithNext,      ///< a match joins the gap after it
+    kContiguous,          ///< adjacent matches become one piece
+  };
+  std::string pattern;  ///< PCRE2 syntax (UTF, Unicode properties)
+  Behavior behavior = Behavior::kIsolated;
+  bool invert = false;  ///< the gaps play the part of the matches
+};
+
+/// A vocabulary as a GGUF file stores it (keys tokenizer.ggml.*), or as read from a
+/// tokenizer.json, so the tokenizer does not depend on the file reader. Empty `scores` /
+/// `token_types` mean "all 0" / "all normal".
 struct TokenizerData {
   std::string source;  ///< the file it was read from, named in errors (empty: none)
-  std::string model;  ///< "gpt2" (byte-level BPE) or "llama" (SentencePiece)
-  std::string pre;    ///< tokenizer.ggml.pre: "smollm", "llama-bpe", "qwen2", "gpt2", "default"
+  /// "gpt2" (byte-level BPE), "llama" (SentencePiece, merged by score) or
+  /// "sentencepiece-bpe" (characters with U+2581 for spaces, merged by rank of `merges`,
+  /// unknown characters as <0xNN> byte tokens: Gemma, Llama 2 and Mistral tokenizer.json).
+  std::string model;
+  /// tokenizer.ggml.pre: "smollm", "llama-bpe", "qwen2", "tekken", "deepseek-r1-qwen",
+  /// "gpt2", "default"; ignored when `pre_splits` is set.
+  std::string pre;
+  /// The pre-tokenizer as explicit splits (from a tokenizer.json), applied in order, each to
+  /// every piece of the one before; when set (even empty) it replaces the splits `pre` names.
+  std::optional<std::vector<PreTokenizerSplit>> pre_splits;
+  /// A pre-token that is itself a token is taken whole (tokenizer.json model.ignore_merges);
+  /// unset: as `pre` says (Llama 3 does).
+  std::optional<bool> ignore_merges;
+  /// Text is NFC-normalised before tokenizing (tokenizer.json normalizer NFC). The tokenizer
+  /// does not compose characters: it refuses text that NFC could change.
+  bool nfc = false;
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> token_types;  ///< TokenType values
   std::vector<std::string> merges;   ///< "left right", rank = position
+  /// The merges as pairs (a tokenizer.json's, whose tokens may hold spaces); when non-empty
+  /// they are used instead of `merges`.
+  std::vector<std::pair<std::string, std::string>> merge_pairs;
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   std::optional<int32_t> eot_id;
   bool add_bos = false, add_eos = false;
-  /// tokenizer.ggml.add_space_prefix; SentencePiece only (prepends a space to the text).
+  /// tokenizer.ggml.add_space_prefix; SentencePiece only (prepends a space to the text, and
+  /// to the text after each special token).
   bool add_space_prefix = true;
+  /// With add_space_prefix, as a tokenizer.json Metaspace pre-tokenizer: no space is added
+  /// to text that starts with one, and with `space_prefix_first_only` ("prepend_scheme":
+  /// "first") none after a special token.
+  bool space_prefix_if_missing = false;
+  bool space_prefix_first_only = false;
   std::string chat_template;
 };
 
