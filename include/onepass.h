@@ -1,4 +1,5 @@
-/* onepass C API: load a model, tokenize, apply its chat template, generate, read logits.
+/* onepass C API: load a model, tokenize, apply its chat template, generate, read logits
+ * (into a caller's buffer, or as a device tensor for DLPack).
  *
  * Plain C (C99), for programs in C and for bindings from other languages. Handles are
  * opaque; every function that can fail returns an onepass_status and, on failure, leaves a
@@ -169,8 +170,9 @@ typedef struct onepass_step {
 
 /* Starts generating a continuation of `prompt` (tokenized with ADD_SPECIAL | PARSE_SPECIAL)
  * from an empty KV cache. The model's cache belongs to the generation until another
- * generation starts or onepass_eval_logits runs on the model; after that this generation's
- * next step fails with ONEPASS_ERROR_INVALID_ARGUMENT. `params` NULL: the defaults. */
+ * generation starts or onepass_eval_logits or onepass_eval_logits_tensor runs on the model;
+ * after that this generation's next step fails with ONEPASS_ERROR_INVALID_ARGUMENT.
+ * `params` NULL: the defaults. */
 ONEPASS_API onepass_status onepass_generation_start(onepass_model* model, const char* prompt,
                                                     const onepass_sampling_params* params,
                                                     onepass_generation** generation);
@@ -207,6 +209,37 @@ ONEPASS_API onepass_status onepass_generate(onepass_model* model, const char* pr
  * one (vocab_size floats) into `logits`, of `capacity` floats. */
 ONEPASS_API onepass_status onepass_eval_logits(onepass_model* model, const int32_t* tokens,
                                                size_t count, float* logits, size_t capacity);
+
+/* Where a tensor's memory lies: the codes of DLPack's DLDeviceType (kDLCPU, kDLCUDA). */
+typedef enum onepass_device_type {
+  ONEPASS_DEVICE_CPU = 1, /* host memory */
+  ONEPASS_DEVICE_CUDA = 2 /* CUDA device memory */
+} onepass_device_type;
+
+/* The logits of one evaluation, kept in the model's device memory for zero-copy consumers
+ * (DLPack: NumPy on the CPU, PyTorch or CuPy on a GPU). */
+typedef struct onepass_logits onepass_logits;
+
+/* A contiguous float32 vector of `length` elements (one dimension, stride 1). */
+typedef struct onepass_logits_info {
+  const float* data; /* host memory (CPU) or device memory (CUDA) */
+  int64_t length;    /* vocab_size */
+  onepass_device_type device_type;
+  int32_t device_id; /* the CUDA device ordinal; 0 on the CPU */
+} onepass_logits_info;
+
+/* As onepass_eval_logits, with the logits in a new handle instead of a caller's buffer:
+ * a copy in device memory when the model runs on CUDA (complete when this returns, no
+ * stream to wait on), in host memory on the CPU. The handle owns its memory: the values do
+ * not change when the model runs again, and stay valid after onepass_model_free, until
+ * onepass_logits_free. On failure *logits is NULL. */
+ONEPASS_API onepass_status onepass_eval_logits_tensor(onepass_model* model, const int32_t* tokens,
+                                                      size_t count, onepass_logits** logits);
+/* Where the logits are and how many. */
+ONEPASS_API onepass_status onepass_logits_get_info(const onepass_logits* logits,
+                                                   onepass_logits_info* info);
+/* Frees the logits (NULL: nothing). */
+ONEPASS_API void onepass_logits_free(onepass_logits* logits);
 
 #ifdef __cplusplus
 }

@@ -15,9 +15,9 @@ from ctypes import byref, c_float, c_int32, c_size_t, c_void_p
 
 import numpy as np
 
-from . import _capi
+from . import _capi, _dlpack
 
-__all__ = ["Error", "Model", "version", "backends"]
+__all__ = ["Error", "Logits", "Model", "version", "backends"]
 
 
 class Error(Exception):
@@ -220,6 +220,76 @@ class Model:
             self._model(), array, count, out.ctypes.data_as(ctypes.POINTER(c_float)),
             out.size))
         return out
+
+    def logits_tensor(self, tokens):
+        """As logits(), kept by the library on the model's device and shared without a copy
+        through DLPack: an onepass.Logits (numpy.from_dlpack, torch.from_dlpack, ...)."""
+        array, count = _token_array(tokens)
+        handle = c_void_p()
+        _check(_capi.lib().onepass_eval_logits_tensor(self._model(), array, count,
+                                                      byref(handle)))
+        return Logits(handle)  # frees the handle when it goes, also if its info fails
+
+
+class Logits:
+    """The logits after the last token of one evaluation (Model.logits_tensor), held by the
+    library in the model's device memory: GPU memory when the model runs on CUDA, host
+    memory on the CPU. A DLPack producer, so consumers share the memory without a copy:
+
+        numpy.from_dlpack(logits)   # CPU
+        torch.from_dlpack(logits)   # CPU or CUDA
+        cupy.from_dlpack(logits)    # CUDA
+
+    The values never change: running the model again fills a new Logits. The memory lives
+    while this object or any array made from it does, also after the model is closed.
+    """
+
+    def __init__(self, handle):
+        self._handle = handle
+        info = _capi.LogitsInfo()
+        _check(_capi.lib().onepass_logits_get_info(handle, byref(info)))
+        self._data = info.data
+        self.shape = (int(info.length),)
+        self.dtype = np.dtype(np.float32)
+        self._device = (int(info.device_type), int(info.device_id))
+        # "cpu" or "cuda:N"
+        self.device = ("cuda:%d" % info.device_id if info.device_type == _capi.DEVICE_CUDA
+                       else "cpu")
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle is not None and _capi._lib is not None:
+            _capi._lib.onepass_logits_free(handle)
+        self._handle = None
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"onepass.Logits(shape={self.shape}, dtype=float32, device={self.device!r})"
+
+    def __dlpack_device__(self):
+        """(device type, device id) in DLPack's codes: (1, 0) for the CPU, (2, N) for CUDA."""
+        return self._device
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the logits (float32, one dimension). The values are complete
+        when the Logits exists, so `stream` needs no wait; `copy=True` copies on the CPU."""
+        if dl_device is not None and tuple(dl_device) != self._device:
+            raise BufferError(f"the logits are on {self.device}, not on device {dl_device}")
+        if copy:
+            if self._device[0] != _capi.DEVICE_CPU:
+                raise BufferError("copy=True is supported for CPU logits only")
+            return self.numpy().copy().__dlpack__()
+        return _dlpack.float32_vector_capsule(self._data, self.shape[0], self._device[0],
+                                              self._device[1], self)
+
+    def numpy(self):
+        """The logits as a NumPy array sharing this memory (CPU logits only)."""
+        if self._device[0] != _capi.DEVICE_CPU:
+            raise BufferError(f"the logits are on {self.device}: use a GPU array library's "
+                              "from_dlpack (torch, cupy)")
+        return np.from_dlpack(self)
 
 
 __version__ = None

@@ -45,6 +45,14 @@ class Step(Structure):
 
 TokenCallback = CFUNCTYPE(c_int, c_int32, c_void_p, c_size_t, c_void_p)
 
+DEVICE_CPU = 1   # onepass_device_type: DLPack's kDLCPU
+DEVICE_CUDA = 2  # DLPack's kDLCUDA
+
+
+class LogitsInfo(Structure):
+    _fields_ = [("data", c_void_p), ("length", c_int64), ("device_type", c_int),
+                ("device_id", c_int32)]
+
 
 def _library_path():
     """ONEPASS_LIBRARY when set, else the libonepass_c.so shipped inside the package."""
@@ -86,6 +94,10 @@ def _declare(lib):
                                      TokenCallback, c_void_p, POINTER(c_int)]),
         "onepass_eval_logits": (c_int, [model_p, POINTER(c_int32), c_size_t,
                                         POINTER(c_float), c_size_t]),
+        "onepass_eval_logits_tensor": (c_int, [model_p, POINTER(c_int32), c_size_t,
+                                               POINTER(c_void_p)]),
+        "onepass_logits_get_info": (c_int, [c_void_p, POINTER(LogitsInfo)]),
+        "onepass_logits_free": (None, [c_void_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

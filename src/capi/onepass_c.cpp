@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "onepass/backends/factory.h"
+#include "onepass/core/buffer.h"
 #include "onepass/core/error.h"
+#include "onepass/exec/backend.h"
 #include "onepass/model/chat.h"
 #include "onepass/model/llama.h"
 #include "onepass/model/loader.h"
@@ -115,6 +117,13 @@ struct onepass_generation {
         // Continuing the prompt: keep the space before the first generated word.
         detokenizer(*state->tokenizer, {.render_special = false, .strip_space_prefix = false}),
         greedy(options.greedy()) {}
+};
+
+struct onepass_logits {
+  onepass::BufferView values;  // the device's memory; keeps the device alive, not the model
+  int64_t length = 0;
+  onepass_device_type device_type = ONEPASS_DEVICE_CPU;
+  int32_t device_id = 0;
 };
 
 namespace {
@@ -541,6 +550,46 @@ onepass_status onepass_eval_logits(onepass_model* model, const int32_t* tokens, 
     const std::span<const float> result = state.llama->prefill({tokens, count});
     std::copy(result.begin(), result.end(), logits);
   });
+}
+
+onepass_status onepass_eval_logits_tensor(onepass_model* model, const int32_t* tokens, size_t count,
+                                          onepass_logits** logits) {
+  const char* where = "eval_logits_tensor";
+  if (logits != nullptr) *logits = nullptr;
+  return guarded(ONEPASS_ERROR_RUNTIME, [&] {
+    require(logits != nullptr, where, "logits is NULL");
+    ModelState& state = state_of(model, where);
+    check_tokens(state, tokens, count, where);
+    ++state.cache_owner;
+    state.llama->reset();
+    const std::span<const float> result = state.llama->prefill({tokens, count});
+    // prefill checks the logits on the host; the handle gets its own copy on the device.
+    onepass::Backend& device = state.llama->backend();
+    auto out = std::make_unique<onepass_logits>();
+    out->values = device.alloc(result.size_bytes());
+    out->values.write(result.data(), result.size_bytes());
+    out->length = static_cast<int64_t>(result.size());
+    const bool cuda = device.kind() == onepass::BackendKind::cuda;
+    out->device_type = cuda ? ONEPASS_DEVICE_CUDA : ONEPASS_DEVICE_CPU;
+    out->device_id = cuda ? device.info().ordinal : 0;
+    *logits = out.release();
+  });
+}
+
+onepass_status onepass_logits_get_info(const onepass_logits* logits, onepass_logits_info* info) {
+  const char* where = "logits_get_info";
+  return guarded(ONEPASS_ERROR_RUNTIME, [&] {
+    require(logits != nullptr, where, "logits is NULL");
+    require(info != nullptr, where, "info is NULL");
+    info->data = static_cast<const float*>(logits->values.data());
+    info->length = logits->length;
+    info->device_type = logits->device_type;
+    info->device_id = logits->device_id;
+  });
+}
+
+void onepass_logits_free(onepass_logits* logits) {
+  delete logits;
 }
 
 }  // extern "C"

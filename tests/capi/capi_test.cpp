@@ -409,6 +409,35 @@ TEST(CApiCuda, GreedyGenerationMatchesTheLibrary) {
   EXPECT_EQ(got.tokens, reference_greedy(kDefaultModel, ids, 48, 256, BackendChoice::cuda));
 }
 
+TEST(CApiCuda, LogitsTensorIsInDeviceMemory) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  if (!fs::exists(kDefaultModel)) GTEST_SKIP() << kDefaultModel << " is not installed";
+  onepass_model_params p = cpu_params(256);
+  p.backend = ONEPASS_BACKEND_CUDA;
+  Handle h;
+  ASSERT_EQ(onepass_model_load(kDefaultModel, &p, &h.model), ONEPASS_OK) << onepass_last_error();
+  const int32_t ids[] = {1, 504, 3575, 282, 4649, 314};
+  onepass_model_info model_info{};
+  ASSERT_EQ(onepass_model_get_info(h.model, &model_info), ONEPASS_OK);
+  std::vector<float> expected(model_info.vocab_size);
+  ASSERT_EQ(onepass_eval_logits(h.model, ids, 6, expected.data(), expected.size()), ONEPASS_OK);
+  onepass_logits* logits = nullptr;
+  ASSERT_EQ(onepass_eval_logits_tensor(h.model, ids, 6, &logits), ONEPASS_OK)
+      << onepass_last_error();
+  onepass_logits_info info{};
+  ASSERT_EQ(onepass_logits_get_info(logits, &info), ONEPASS_OK);
+  EXPECT_EQ(info.device_type, ONEPASS_DEVICE_CUDA);
+  EXPECT_EQ(info.device_id, 0);
+  ASSERT_EQ(info.length, model_info.vocab_size);
+  onepass_model_free(h.model);  // the device copy outlives the model
+  h.model = nullptr;
+  std::vector<float> got(expected.size(), NAN);
+  make_backend(BackendChoice::cuda)
+      ->copy_to_host(got.data(), info.data, got.size() * sizeof(float));
+  EXPECT_EQ(got, expected);
+  onepass_logits_free(logits);
+}
+
 // ---- small random models ----------------------------------------------------------
 
 class CApiRandomModel : public testing::TempDirTest {
@@ -544,6 +573,76 @@ TEST_F(CApiRandomModel, AGenerationOwnsTheCacheUntilAnotherStarts) {
   EXPECT_TRUE(empty.tokens.empty());
   EXPECT_EQ(empty.stop, ONEPASS_STOP_MAX_TOKENS);
   onepass_generation_free(first);
+}
+
+/// The `length` floats of a logits handle, read from host memory (a CPU handle).
+std::vector<float> host_values(const onepass_logits* logits) {
+  onepass_logits_info info{};
+  EXPECT_EQ(onepass_logits_get_info(logits, &info), ONEPASS_OK) << onepass_last_error();
+  EXPECT_EQ(info.device_type, ONEPASS_DEVICE_CPU);
+  return std::vector<float>(info.data, info.data + info.length);
+}
+
+TEST_F(CApiRandomModel, LogitsTensorHoldsTheEvaluatedLogits) {
+  Handle h{load(64)};
+  ASSERT_NE(h.model, nullptr);
+  const int32_t prompt[] = {10, 20, 30};
+  std::vector<float> expected(1024, NAN);
+  ASSERT_EQ(onepass_eval_logits(h.model, prompt, 3, expected.data(), expected.size()), ONEPASS_OK)
+      << onepass_last_error();
+
+  onepass_logits* logits = nullptr;
+  ASSERT_EQ(onepass_eval_logits_tensor(h.model, prompt, 3, &logits), ONEPASS_OK)
+      << onepass_last_error();
+  ASSERT_NE(logits, nullptr);
+  onepass_logits_info info{};
+  ASSERT_EQ(onepass_logits_get_info(logits, &info), ONEPASS_OK);
+  EXPECT_EQ(info.length, 1024);
+  EXPECT_EQ(info.device_type, ONEPASS_DEVICE_CPU);
+  EXPECT_EQ(info.device_id, 0);
+  ASSERT_NE(info.data, nullptr);
+  EXPECT_EQ(host_values(logits), expected);
+
+  // The handle owns its values: running the model again, and freeing it, leaves them be.
+  const int32_t other[] = {7, 8};
+  std::vector<float> other_logits(1024);
+  ASSERT_EQ(onepass_eval_logits(h.model, other, 2, other_logits.data(), other_logits.size()),
+            ONEPASS_OK);
+  ASSERT_NE(other_logits, expected);
+  onepass_generation* g = nullptr;
+  const onepass_sampling_params params = greedy(4);
+  ASSERT_EQ(onepass_generation_start_tokens(h.model, other, 2, &params, &g), ONEPASS_OK);
+  run_steps(g);
+  onepass_generation_free(g);
+  onepass_model_free(h.model);
+  h.model = nullptr;
+  EXPECT_EQ(host_values(logits), expected);
+  onepass_logits_free(logits);
+}
+
+TEST_F(CApiRandomModel, LogitsTensorRejectsBadArguments) {
+  Handle h{load(64)};
+  ASSERT_NE(h.model, nullptr);
+  const int32_t prompt[] = {10, 20, 30};
+  onepass_logits* logits = reinterpret_cast<onepass_logits*>(&h);  // must be reset to NULL
+  EXPECT_EQ(onepass_eval_logits_tensor(nullptr, prompt, 3, &logits),
+            ONEPASS_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(logits, nullptr);
+  EXPECT_EQ(onepass_eval_logits_tensor(h.model, prompt, 3, nullptr),
+            ONEPASS_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onepass_last_error()).find("logits is NULL"), std::string::npos);
+  EXPECT_EQ(onepass_eval_logits_tensor(h.model, prompt, 0, &logits),
+            ONEPASS_ERROR_INVALID_ARGUMENT);
+  const int32_t out_of_range[] = {10, 1024};
+  EXPECT_EQ(onepass_eval_logits_tensor(h.model, out_of_range, 2, &logits),
+            ONEPASS_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(logits, nullptr);
+  onepass_logits_info info{};
+  EXPECT_EQ(onepass_logits_get_info(nullptr, &info), ONEPASS_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(onepass_eval_logits_tensor(h.model, prompt, 3, &logits), ONEPASS_OK);
+  EXPECT_EQ(onepass_logits_get_info(logits, nullptr), ONEPASS_ERROR_INVALID_ARGUMENT);
+  onepass_logits_free(logits);
+  onepass_logits_free(nullptr);
 }
 
 }  // namespace

@@ -467,8 +467,12 @@ std::string canonical_dump(const model::GgufFile& f, bool checksums = true) {
   return out;
 }
 
+// tests/model/gguf_test.cpp -> the repository root when __FILE__ is absolute; else the
+// working directory, the repository root where ctest runs the model tests.
 fs::path repo_root() {
-  return fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const fs::path from_file = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  if (fs::exists(from_file / "tests/tools/gguf_check.py")) return from_file;
+  return fs::current_path();
 }
 fs::path default_model() {
   return repo_root() / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";

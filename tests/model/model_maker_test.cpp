@@ -348,8 +348,11 @@ TEST_F(ModelMakerTest, GgufPyReadsMadeModels) {
   int status = 0;
   testing::run_command("python3 -c 'import gguf, numpy' 2>&1", &status);
   if (status != 0) GTEST_SKIP() << "python3 with the gguf package is not available";
-  const fs::path script =
+  // Beside this source when __FILE__ is absolute, else from the repository root (where
+  // ctest runs the model tests).
+  const fs::path beside =
       fs::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_check.py";
+  const fs::path script = fs::exists(beside) ? beside : fs::path("tests/tools/gguf_check.py");
   ASSERT_TRUE(fs::exists(script)) << script;
 
   for (const DType type : {DType::q4_k, DType::q4_1, DType::f16}) {

@@ -1,11 +1,13 @@
 """The Python package (python/onepass) as installed by pip: the default model's greedy
-generation against the CLI's, streaming against the whole text, logits, and errors.
+generation against the CLI's, streaming against the whole text, logits (also through DLPack),
+and errors.
 
     ONEPASS_TEST_MODEL   the model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)
     ONEPASS_CLI          the onepass tool, for the comparison with `onepass generate`
 Run by scripts/test-python in a fresh virtual environment.
 """
 
+import gc
 import os
 import re
 import subprocess
@@ -135,6 +137,50 @@ class DefaultModel(unittest.TestCase):
         self.assertIn(f"token 0 is {self.model.vocab_size}", str(caught.exception))
         with self.assertRaises(onepass.Error):
             self.model.logits([])
+
+    def test_logits_through_dlpack(self):
+        ids = self.model.tokenize("The capital of France is")
+        logits = self.model.logits_tensor(ids)
+        self.assertIsInstance(logits, onepass.Logits)
+        self.assertEqual(logits.device, "cpu")
+        self.assertEqual(logits.__dlpack_device__(), (1, 0))  # kDLCPU, device 0
+        self.assertEqual(logits.shape, (self.model.vocab_size,))
+        array = np.from_dlpack(logits)
+        self.assertEqual(array.dtype, np.float32)
+        self.assertEqual(array.shape, (self.model.vocab_size,))
+        np.testing.assert_array_equal(array, self.model.logits(ids))
+        # No copy: every array made from the logits shares their memory.
+        self.assertTrue(np.shares_memory(array, logits.numpy()))
+        self.assertFalse(np.shares_memory(array, np.from_dlpack(logits, copy=True)))
+        with self.assertRaises(BufferError):
+            logits.__dlpack__(dl_device=(2, 0))
+        with self.assertRaises(onepass.Error) as caught:
+            self.model.logits_tensor([self.model.vocab_size])
+        self.assertIn(f"token 0 is {self.model.vocab_size}", str(caught.exception))
+
+    def test_dlpack_arrays_outlive_the_logits_and_the_model(self):
+        from onepass import _dlpack
+        exports = _dlpack.live_exports()
+        model = onepass.Model(MODEL, backend="cpu", context=64, threads=2)
+        ids = model.tokenize("The capital of France is")
+        expected = model.logits(ids)
+        logits = model.logits_tensor(ids)
+        array = np.from_dlpack(logits)
+        unconsumed = logits.__dlpack__()
+        self.assertEqual(_dlpack.live_exports(), exports + 2)
+        del unconsumed  # a capsule no consumer took releases its export
+        self.assertEqual(_dlpack.live_exports(), exports + 1)
+        # The array keeps the memory: dropping the Logits, running the model on other tokens
+        # and closing it leave the values as they were.
+        del logits
+        gc.collect()
+        other = model.logits(model.tokenize("Once upon a time"))
+        self.assertFalse(np.array_equal(other, expected))
+        model.close()
+        np.testing.assert_array_equal(array, expected)
+        del array
+        gc.collect()
+        self.assertEqual(_dlpack.live_exports(), exports)
 
     def test_closed_model_raises(self):
         model = onepass.Model(MODEL, backend="cpu", context=64, threads=1)

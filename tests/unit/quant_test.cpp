@@ -33,9 +33,12 @@ constexpr DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::
 
 // --- gguf-py through tests/tools/gguf_quants.py ------------------------------------------
 
+// Beside this source when __FILE__ is absolute, else from the repository root (where ctest
+// runs the suites).
 std::string tool_path() {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_quants.py")
-      .string();
+  const auto beside =
+      std::filesystem::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_quants.py";
+  return std::filesystem::exists(beside) ? beside.string() : "tests/tools/gguf_quants.py";
 }
 
 int run_command(const std::string& command, std::string* output = nullptr) {
