@@ -108,13 +108,15 @@ std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch&
 // mv -> [q | k | v] of one token; rope_kv_write(q, k, v) in the normal layout  ==>  mv
 // with the rotation and the KV-cache writes in its epilogue (MatvecRope). The pairs
 // (2i, 2i + 1) of a head are the two outputs of one warp; the NeoX layout pairs values
-// half a head apart and keeps the separate kernel.
+// half a head apart and keeps the separate kernel, and so do the per-head q/k norms (a
+// reduction over a head that the product's warps do not hold).
 std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispatch& rope, const Backend& backend) {
   if (rope.op != "rope_kv_write") return std::nullopt;  // the normal layout
   const DType cache = rope.type;
   std::optional<FusedMatvecArgs> mv = as_matvec(matmul);
   if (!mv || mv->silu || mv->residual != nullptr || mv->rope.positions != nullptr) return std::nullopt;
   const auto r = rope.args_as<RopeKvArgs>();
+  if (r.q_norm != nullptr || r.k_norm != nullptr) return std::nullopt;
   const MatmulArgs& m = mv->mm;
   const int64_t hd = r.head_dim;
   const int64_t q_dim = r.n_head * hd;
