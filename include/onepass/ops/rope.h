@@ -41,10 +41,10 @@ struct RopeParams {
   /// cos_sin_use says (RopeCosSin); a view without buffer = none.
   TensorView cos_sin;
   RopeCosSin cos_sin_use = RopeCosSin::none;
-  /// rope_kv_write only: per-head RMS norms of q and k before the rotation (Qwen3, Gemma 3,
-  /// OLMo 2 per head): f32 [head_dim] weights, both or neither (a view without buffer =
-  /// none); each head row becomes x * w / sqrt(mean(x^2) + qk_norm_eps), exactly as
-  /// rms_norm over the rows [tokens * heads, head_dim] computes it.
+  /// rope_kv_write only: per-head RMS norms of q and k before the rotation (Qwen3, Qwen3
+  /// MoE, Gemma 3): f32 [head_dim] weights, both or neither (a view without buffer = none);
+  /// each head row becomes x * w / sqrt(mean(x^2) + qk_norm_eps), exactly as rms_norm over
+  /// the rows [tokens * heads, head_dim] computes it.
   TensorView q_norm;
   TensorView k_norm;
   float qk_norm_eps = 1e-6f;
