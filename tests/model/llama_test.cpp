@@ -485,6 +485,28 @@ TEST(Llama, FusedOpsMatchTheUnfusedSequence) {
   }
 }
 
+// The fused decode step of the QK-norm and post-norm families leaves no RMS norm or
+// residual add of its own: the Q/K norms run in rope_kv_write, each Gemma post-norm with
+// its residual add in one rms_norm_add, the others in the products.
+TEST(Llama, FusedDecodeStepHasNoSeparateNormOrAdd) {
+  for (const char* name : {"qwen3", "gemma3", "gemma2"}) {
+    SCOPED_TRACE(name);
+    const LlamaConfig c = family(name);
+    auto src = make_random_source(c, DType::f16, 7);
+    LlamaModel m(testing::cpu_backend(), *src, LoadOptions{.context = 16});
+    m.prefill(std::vector<int32_t>{1, 2});
+    m.decode(3);
+    std::map<std::string, size_t> ops;
+    for (const Node& n : m.decode_graph()->graph().nodes()) {
+      if (const Dispatch* d = as_dispatch(n)) ++ops[std::string(d->op)];
+    }
+    EXPECT_EQ(ops["rms_norm"], 0u);
+    EXPECT_EQ(ops["add"], 0u);
+    EXPECT_EQ(ops["rms_norm_add"], c.post_norms ? 2 * static_cast<size_t>(c.layers) : 0u);
+    EXPECT_EQ(ops[c.rope_neox ? "rope_kv_write_neox" : "rope_kv_write"], static_cast<size_t>(c.layers));
+  }
+}
+
 TEST(Llama, GreedyDecodeMatchesHostArgmax) {
   auto src = make_random_source(tiny(), DType::f32, 3);
   auto backend = testing::cpu_backend();
