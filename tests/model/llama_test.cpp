@@ -485,9 +485,10 @@ TEST(Llama, FusedOpsMatchTheUnfusedSequence) {
   }
 }
 
-// The fused decode step of the QK-norm and post-norm families leaves no RMS norm or
-// residual add of its own: the Q/K norms run in rope_kv_write, each Gemma post-norm with
-// its residual add in one rms_norm_add, the others in the products.
+// The fused decode step of the QK-norm and post-norm families leaves no RMS norm, residual
+// add or gated activation of its own: the Q/K norms run in rope_kv_write, each Gemma
+// post-norm with its residual add in one rms_norm_add, the others (and GELU x up) in the
+// products.
 TEST(Llama, FusedDecodeStepHasNoSeparateNormOrAdd) {
   for (const char* name : {"qwen3", "gemma3", "gemma2"}) {
     SCOPED_TRACE(name);
@@ -502,6 +503,7 @@ TEST(Llama, FusedDecodeStepHasNoSeparateNormOrAdd) {
     }
     EXPECT_EQ(ops["rms_norm"], 0u);
     EXPECT_EQ(ops["add"], 0u);
+    EXPECT_EQ(ops["gelu_mul"] + ops["silu_mul"], 0u);
     EXPECT_EQ(ops["rms_norm_add"], c.post_norms ? 2 * static_cast<size_t>(c.layers) : 0u);
     EXPECT_EQ(ops[c.rope_neox ? "rope_kv_write_neox" : "rope_kv_write"], static_cast<size_t>(c.layers));
   }
@@ -598,6 +600,31 @@ TEST(Llama, CpuFusedDecodeGraphMatchesUnfusedBitForBit) {
     ASSERT_FALSE(c.rope_neox);
     EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 2));
     EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
+  }
+}
+
+// The families' fused decode graphs (Q/K norms in rope_kv_write, rms_norm_add, GELU x up
+// in the gate/up product) against the same graph unfused: bit for bit on the CPU.
+TEST(Llama, CpuFusedDecodeGraphOfTheFamiliesMatchesUnfusedBitForBit) {
+  const uint64_t seed = testing::fresh_seed();
+  for (const char* name : {"qwen3", "gemma3", "gemma2"}) {
+    SCOPED_TRACE(name);
+    const LlamaConfig c = family(name);
+    auto src = make_random_source(c, DType::q8_0, seed);
+    auto backend = testing::cpu_backend();
+    LoadOptions fused{.context = 32};
+    LoadOptions plain = fused;
+    plain.capture.fuse = false;
+    LlamaModel a(backend, *src, fused), b(backend, *src, plain);
+    const auto tokens = some_tokens(8, seed, 97);
+    a.prefill(std::span(tokens).first(3));
+    b.prefill(std::span(tokens).first(3));
+    for (size_t t = 3; t < tokens.size(); ++t) {
+      const auto la = a.decode(tokens[t]);
+      const std::vector<float> got(la.begin(), la.end());
+      ASSERT_EQ(std::memcmp(got.data(), b.decode(tokens[t]).data(), got.size() * 4), 0) << "step " << t;
+    }
+    EXPECT_GT(a.decode_graph()->stats().fusions, 0u);
   }
 }
 
