@@ -631,7 +631,7 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
     if (c.qk_norm && c.qk_norm_whole) {  // over the whole Q and K of each token, in place
       ops::rms_norm(s, q.reshaped(Shape{n, c.q_dim()}), w.q_norm, q.reshaped(Shape{n, c.q_dim()}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n, c.kv_dim()}), w.k_norm, k.reshaped(Shape{n, c.kv_dim()}), c.norm_eps);
-    } else if (c.qk_norm) {  // per head, in place
+    } else if (c.qk_norm && !options_.fused_ops) {  // per head, in place (fused: in rope_kv_write)
       ops::rms_norm(s, q.reshaped(Shape{n * c.heads, hd}), w.q_norm, q.reshaped(Shape{n * c.heads, hd}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n * c.kv_heads, hd}), w.k_norm, k.reshaped(Shape{n * c.kv_heads, hd}),
                     c.norm_eps);
@@ -649,6 +649,11 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
         layer_rope.cos_sin = b.rope_cos_sin.rows_slice(static_cast<int64_t>(base), 1).reshaped(Shape{c.rope_dims});
         layer_rope.cos_sin_use = cos_sin_stored[base] ? ops::RopeCosSin::load : ops::RopeCosSin::store;
         cos_sin_stored[base] = true;
+      }
+      if (c.qk_norm && !c.qk_norm_whole) {
+        layer_rope.q_norm = w.q_norm;
+        layer_rope.k_norm = w.k_norm;
+        layer_rope.qk_norm_eps = c.norm_eps;
       }
       ops::rope_kv_write(s, q, k, v, w.k_cache, w.v_cache, positions, layer_rope);
     } else {

@@ -1,5 +1,6 @@
 // Fusion rules around the matrix-vector product (decode): RMS-norm -> matmul, matmul ->
-// residual add, gate/up matmul -> SiLU x mul, Q/K/V matmul -> RoPE + KV-cache write. They
+// residual add, gate/up matmul -> SiLU x mul or GELU x mul, Q/K/V matmul -> RoPE +
+// KV-cache write. They
 // apply on backends that offer matmul_fused for the product (the CUDA one-row and mv
 // kernels, the CPU's mv_fused); elsewhere the unfused graph runs, and it is the reference
 // the fused kernels are tested against.
@@ -86,9 +87,10 @@ std::optional<Dispatch> fuse_matvec_add(const Dispatch& matmul, const Dispatch& 
   return fused;
 }
 
-// mv -> [gate | up]; silu_mul(gate, up) -> out  ==>  mv with rows j and j + n paired.
-std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch& act, const Backend& backend) {
-  if (act.op != "silu_mul" || act.type != DType::f32) return std::nullopt;
+// mv -> [gate | up]; silu_mul or gelu_mul(gate, up) -> out  ==>  mv with rows j and j + n
+// paired.
+std::optional<Dispatch> fuse_matvec_gated(const Dispatch& matmul, const Dispatch& act, const Backend& backend) {
+  if ((act.op != "silu_mul" && act.op != "gelu_mul") || act.type != DType::f32) return std::nullopt;
   std::optional<FusedMatvecArgs> mv = as_matvec(matmul);
   if (!mv || mv->silu || mv->residual != nullptr || mv->mm.n % 2 != 0) return std::nullopt;
   const auto s = act.args_as<SiluMulArgs>();
@@ -99,6 +101,7 @@ std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch&
     return std::nullopt;
   }
   mv->silu = 1;
+  mv->gelu = act.op == "gelu_mul" ? 1 : 0;
   mv->mm.n = half;
   mv->mm.out = static_cast<float*>(s.out);
   mv->mm.out_stride = s.out_stride;
@@ -108,13 +111,15 @@ std::optional<Dispatch> fuse_matvec_silu(const Dispatch& matmul, const Dispatch&
 // mv -> [q | k | v] of one token; rope_kv_write(q, k, v) in the normal layout  ==>  mv
 // with the rotation and the KV-cache writes in its epilogue (MatvecRope). The pairs
 // (2i, 2i + 1) of a head are the two outputs of one warp; the NeoX layout pairs values
-// half a head apart and keeps the separate kernel.
+// half a head apart and keeps the separate kernel, and so do the per-head q/k norms (a
+// reduction over a head that the product's warps do not hold).
 std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispatch& rope, const Backend& backend) {
   if (rope.op != "rope_kv_write") return std::nullopt;  // the normal layout
   const DType cache = rope.type;
   std::optional<FusedMatvecArgs> mv = as_matvec(matmul);
   if (!mv || mv->silu || mv->residual != nullptr || mv->rope.positions != nullptr) return std::nullopt;
   const auto r = rope.args_as<RopeKvArgs>();
+  if (r.q_norm != nullptr || r.k_norm != nullptr) return std::nullopt;
   const MatmulArgs& m = mv->mm;
   const int64_t hd = r.head_dim;
   const int64_t q_dim = r.n_head * hd;
@@ -133,7 +138,7 @@ std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispat
 void register_matmul_fusion_rules(FusionRules& rules) {
   rules.add({"rms_norm+matvec", OpKind::norm, OpKind::matmul, fuse_norm_matvec});
   rules.add({"matvec+add", OpKind::matmul, OpKind::add, fuse_matvec_add});
-  rules.add({"matvec+silu_mul", OpKind::matmul, OpKind::activation, fuse_matvec_silu});
+  rules.add({"matvec+gated_mul", OpKind::matmul, OpKind::activation, fuse_matvec_gated});
   rules.add({"matvec+rope_kv", OpKind::matmul, OpKind::rope, fuse_matvec_rope_kv, /*keeps_intermediate=*/true,
              /*consumer_updates_intermediate=*/true});
 }

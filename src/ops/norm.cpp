@@ -1,5 +1,5 @@
-// rms_norm / rms_norm_no_weight / rms_norm_mul / add_rms_norm, and the RMS-norm -> mul
-// fusion rule.
+// rms_norm / rms_norm_no_weight / rms_norm_mul / rms_norm_add / add_rms_norm, and the
+// RMS-norm -> mul and RMS-norm -> add fusion rules.
 #include "onepass/ops/norm.h"
 #include "onepass/ops/fusion_rules.h"
 
@@ -76,6 +76,25 @@ void ops::rms_norm_mul(GraphSession& s, const TensorView& x, const TensorView& w
   emit(s, "rms_norm_mul", args, x.dtype, OpKind::norm_mul, {&x, &weight, &scale}, out);
 }
 
+void ops::rms_norm_add(GraphSession& s, const TensorView& x, const TensorView& weight, const TensorView& residual,
+                       const TensorView& out, float eps) {
+  const char* op = "rms_norm_add";
+  auto args = norm_args(op, x, &weight, nullptr, out, eps);
+  require_data(residual, op, "residual");
+  require_same_dtype(x, residual, op, "x", "residual");
+  require_same_shape(x, residual, op, "x", "residual");
+  // Each row is read whole before any of it is written, and each value of the residual
+  // just before its own output: in place works, a shifted overlap does not.
+  for (const auto& [t, what] : {std::pair{&x, "x"}, {&residual, "residual"}}) {
+    check(!out.range().overlaps(t->range()) ||
+              (out.data() == t->data() && element_stride(out, op, "out") == element_stride(*t, op, what)),
+          op, "out overlaps ", what, " without being it");
+  }
+  args.residual = residual.data();
+  args.residual_stride = element_stride(residual, op, "residual");
+  emit(s, op, args, x.dtype, OpKind::norm, {&x, &weight, &residual}, out);
+}
+
 void ops::add_rms_norm(GraphSession& s, const TensorView& a, const TensorView& b, const TensorView& sum,
                                 const TensorView& weight, const TensorView& out, float eps) {
   const char* op = "add_rms_norm";
@@ -136,10 +155,30 @@ std::optional<Dispatch> fuse_norm_mul(const Dispatch& norm, const Dispatch& mul,
   return detail::plan_fused(backend, {"rms_norm_mul", norm.type, norm.type, n.rows, n.cols}, f, OpKind::norm_mul);
 }
 
+// rms_norm(x, w) -> tmp; add(tmp, r) or add(r, tmp) -> out   ==>   rms_norm_add(x, w, r) -> out
+// (Gemma's post-norms: x += rms_norm(proj) * w).
+std::optional<Dispatch> fuse_norm_add(const Dispatch& norm, const Dispatch& add, const Backend& backend) {
+  if (norm.op != "rms_norm" || add.op != "add" || norm.type != add.type) return std::nullopt;
+  const auto n = norm.args_as<RmsNormArgs>();
+  const auto b = add.args_as<BinaryArgs>();
+  if (b.rows != n.rows || b.cols != n.cols || b.b_row_step != 1) return std::nullopt;
+  const bool tmp_is_a = b.a == n.out && b.a_stride == n.out_stride;
+  const bool tmp_is_b = b.b == n.out && b.b_stride == n.out_stride;
+  if (tmp_is_a == tmp_is_b) return std::nullopt;  // neither, or add(tmp, tmp)
+  RmsNormArgs f = n;
+  f.residual = tmp_is_a ? b.b : b.a;
+  f.residual_stride = tmp_is_a ? b.b_stride : b.a_stride;
+  f.out = b.out;
+  f.out_stride = b.out_stride;
+  // out never overlaps x here: the fuse pass refuses a consumer writing the producer's inputs.
+  return detail::plan_fused(backend, {"rms_norm_add", norm.type, norm.type, n.rows, n.cols}, f, OpKind::norm);
+}
+
 }  // namespace
 
 void register_fusion_rules(FusionRules& rules) {
   rules.add({"rms_norm+mul", OpKind::norm, OpKind::mul, fuse_norm_mul});
+  rules.add({"rms_norm+add", OpKind::norm, OpKind::add, fuse_norm_add});
   register_matmul_fusion_rules(rules);
   register_argmax_fusion_rules(rules);
 }

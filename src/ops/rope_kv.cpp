@@ -1,5 +1,7 @@
-// rope_kv_write: RoPE on q and k plus the KV-cache writes, in one dispatch.
+// rope_kv_write: the optional per-head RMS norms of q and k, RoPE on q and k plus the
+// KV-cache writes, in one dispatch.
 #include <algorithm>
+#include <cmath>
 
 #include "onepass/exec/graph_session.h"
 #include "onepass/ops/rope.h"
@@ -51,6 +53,17 @@ void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& 
     check(params.freq_factors.numel() == rotary / 2, op, "freq_factors has ", params.freq_factors.numel(),
           " values, expected ", rotary / 2);
   }
+  const bool qk_norm = params.q_norm.view || params.k_norm.view;
+  if (qk_norm) {
+    for (const auto& [t, what] : {std::pair{&params.q_norm, "q_norm"}, {&params.k_norm, "k_norm"}}) {
+      require_data(*t, op, what);
+      require_dtype(*t, DType::f32, op, what);
+      check(t->numel() == head_dim && t->contiguous(), op, what, " has shape ", t->shape.str(),
+            ", expected [head_dim = ", head_dim, "] (per-head norm weights)");
+    }
+    check(params.qk_norm_eps >= 0 && std::isfinite(params.qk_norm_eps), op, "qk_norm_eps must be finite and >= 0, got ",
+          params.qk_norm_eps);
+  }
   ops::RopeKvArgs a{};
   a.q = static_cast<float*>(q.data());
   a.k = static_cast<const float*>(k.data());
@@ -73,6 +86,11 @@ void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& 
   a.freq_scale = params.freq_scale;
   if (params.cos_sin_use == ops::RopeCosSin::store) a.cos_sin_out = static_cast<float*>(params.cos_sin.data());
   if (params.cos_sin_use == ops::RopeCosSin::load) a.cos_sin_in = static_cast<const float*>(params.cos_sin.data());
+  if (qk_norm) {
+    a.q_norm = static_cast<const float*>(params.q_norm.data());
+    a.k_norm = static_cast<const float*>(params.k_norm.data());
+    a.norm_eps = params.qk_norm_eps;
+  }
   const char* variant = params.layout == ops::RopeLayout::neox ? "rope_kv_write_neox" : "rope_kv_write";
   KernelChoice choice;
   Dispatch d = plan_dispatch(s.backend(), {variant, k_cache.dtype, k_cache.dtype, tokens, n_head + 2 * n_kv_head}, a,
@@ -80,6 +98,7 @@ void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& 
   d.read(q).read(k).read(v).write(q).write(k_cache).write(v_cache);
   read_operand(d, choice, ops::kRopeKvPositions, positions);
   if (params.freq_factors.view) d.read(params.freq_factors);
+  if (qk_norm) d.read(params.q_norm).read(params.k_norm);
   if (params.cos_sin_use == ops::RopeCosSin::store) d.write(params.cos_sin);
   if (params.cos_sin_use == ops::RopeCosSin::load) read_operand(d, choice, ops::kRopeKvLoadedAngles, params.cos_sin);
   s.dispatch(std::move(d));

@@ -341,7 +341,7 @@ TEST(CudaProfiling, GraphReplaysAreTimedPerDispatch) {
 }
 
 // The fused matrix-vector kernels (RMS-norm folded into x staging, residual add and SiLU x
-// up in the epilogue) against the unfused sequence on the same GPU. Both quantize x to
+// up or GELU x up in the epilogue) against the unfused sequence on the same GPU. Both quantize x to
 // int8 the same way, so they agree to rounding; a wrong row pairing, scale or race does not.
 // K = 8192 stages x in several register batches (K <= 2048 in one).
 TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
@@ -366,7 +366,9 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
         TensorView xn = alloc(Shape{m, k}), t1 = alloc(Shape{m, n}), out1 = alloc(Shape{m, n});
         TensorView gu = alloc(Shape{m, 2 * n}), out2 = alloc(Shape{m, n});
         TensorView t3 = alloc(Shape{m, n}), out3 = alloc(Shape{m, n});
+        TensorView gu4 = alloc(Shape{m, 2 * n}), out4 = alloc(Shape{m, n});
         auto run = [&](bool fuse) {
+          out4.view.fill(testing::kPoisonByte);
           out1.view.fill(testing::kPoisonByte);
           out2.view.fill(testing::kPoisonByte);
           out3.view.fill(testing::kPoisonByte);
@@ -381,18 +383,23 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
                      TensorView(gu.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row), out2);
           ops::matmul(s, x, w1, t3);  // residual only, as the attention output and down projections
           ops::add(s, t3, residual, out3);
+          ops::rms_norm(s, x, norm_w, xn, 1e-5f);
+          ops::matmul(s, xn, w2, gu4);
+          ops::gelu_mul(s, TensorView(gu4.view, DType::f32, Shape{m, n}, row),
+                        TensorView(gu4.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row),
+                        out4);
           const FinishStats stats = fuse ? s.finish({.fuse = true}) : (s.finish(), FinishStats{});
           if (fuse) {
-            EXPECT_EQ(stats.fusions, 5u);
+            EXPECT_EQ(stats.fusions, 7u);
           }
           return std::array{testing::download_floats(out1), testing::download_floats(out2),
-                            testing::download_floats(out3)};
+                            testing::download_floats(out3), testing::download_floats(out4)};
         };
         const auto plain = run(false);
         const auto fused = run(true);
         const auto again = run(true);
         EXPECT_EQ(fused, again) << "fused results are reproducible";
-        for (int which = 0; which < 3; ++which) {
+        for (int which = 0; which < 4; ++which) {
           const auto& got = fused[which];
           const auto& want = plain[which];
           double scale = 0;
@@ -400,7 +407,8 @@ TEST(CudaFusion, FusedMatvecMatchesTheUnfusedSequence) {
           std::vector<double> expected(want.begin(), want.end());
           size_t worst = 0;
           const double err = testing::max_scaled_error(got, expected, 2e-3 * scale, 0.0, &worst);
-          EXPECT_LE(err, 1.0) << (which == 0 ? "norm + residual" : which == 1 ? "norm + silu" : "residual") << " at "
+          const char* names[] = {"norm + residual", "norm + silu", "residual", "norm + gelu"};
+          EXPECT_LE(err, 1.0) << names[which] << " at "
                               << worst << ": "
                               << got[worst] << " vs " << want[worst] << " (scale " << scale << ")";
         }

@@ -21,9 +21,9 @@ namespace {
 using testing::poisoned_tensor;
 using testing::random_weights;
 
-// norm -> product -> residual add; norm -> gate/up product -> SiLU x up; product ->
-// residual add: the three fused shapes of a decode layer (five fusions).
-std::array<std::vector<float>, 3> run_sequence(int threads, bool fuse, DType type, int64_t m, int64_t k, int64_t n,
+// norm -> product -> residual add; norm -> gate/up product -> SiLU x up (and GELU x up);
+// product -> residual add: the fused shapes of a decode layer (seven fusions).
+std::array<std::vector<float>, 4> run_sequence(int threads, bool fuse, DType type, int64_t m, int64_t k, int64_t n,
                                                uint64_t seed) {
   Options options = testing::test_options();
   options.cpu_threads = threads;
@@ -38,6 +38,7 @@ std::array<std::vector<float>, 3> run_sequence(int threads, bool fuse, DType typ
   TensorView xn = alloc(Shape{m, k}), t1 = alloc(Shape{m, n}), out1 = alloc(Shape{m, n});
   TensorView gu = alloc(Shape{m, 2 * n}), out2 = alloc(Shape{m, n});
   TensorView t3 = alloc(Shape{m, n}), out3 = alloc(Shape{m, n});
+  TensorView gu4 = alloc(Shape{m, 2 * n}), out4 = alloc(Shape{m, n});
   GraphSession s = exec.begin_recorded();
   ops::rms_norm(s, x, norm_w, xn, 1e-5f);
   ops::matmul(s, xn, w1, t1);
@@ -47,11 +48,16 @@ std::array<std::vector<float>, 3> run_sequence(int threads, bool fuse, DType typ
   const uint64_t row = static_cast<uint64_t>(2 * n) * 4;
   ops::silu_mul(s, TensorView(gu.view, DType::f32, Shape{m, n}, row),
                 TensorView(gu.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row), out2);
+  ops::rms_norm(s, x, norm_w, xn, 1e-5f);
+  ops::matmul(s, xn, w2, gu4);
+  ops::gelu_mul(s, TensorView(gu4.view, DType::f32, Shape{m, n}, row),
+                TensorView(gu4.view.slice_from(static_cast<size_t>(n) * 4), DType::f32, Shape{m, n}, row), out4);
   ops::matmul(s, x, w1, t3);  // residual only, as the attention output and down projections
   ops::add(s, t3, residual, out3);
   const FinishStats stats = s.finish({.fuse = fuse, .encoding = Encoding::dataflow});
-  EXPECT_EQ(stats.fusions, fuse ? 5u : 0u);
-  return {testing::download_floats(out1), testing::download_floats(out2), testing::download_floats(out3)};
+  EXPECT_EQ(stats.fusions, fuse ? 7u : 0u);
+  return {testing::download_floats(out1), testing::download_floats(out2), testing::download_floats(out3),
+          testing::download_floats(out4)};
 }
 
 TEST(CpuFusion, FusedMatvecMatchesTheUnfusedSequence) {
@@ -68,6 +74,7 @@ TEST(CpuFusion, FusedMatvecMatchesTheUnfusedSequence) {
           EXPECT_EQ(fused[0], plain[0]) << "norm + residual, " << threads << " threads";
           EXPECT_EQ(fused[1], plain[1]) << "norm + silu, " << threads << " threads";
           EXPECT_EQ(fused[2], plain[2]) << "residual, " << threads << " threads";
+          EXPECT_EQ(fused[3], plain[3]) << "norm + gelu, " << threads << " threads";
         }
       }
     }

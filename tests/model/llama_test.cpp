@@ -451,25 +451,62 @@ TEST(Llama, ReplayedPrefillChunksEqualReencodedChunksBitForBit) {
   ASSERT_EQ(std::memcmp(copy.data(), d.decode(tokens[20]).data(), copy.size() * 4), 0);
 }
 
+// The families' fused ops (rope_kv_write with the per-head q/k norms, ...) against their
+// unfused sequences. A Qwen3 with the normal RoPE layout offers rope_kv_write to the Q/K/V
+// product's epilogue, which must keep the norms.
 TEST(Llama, FusedOpsMatchTheUnfusedSequence) {
   const uint64_t seed = testing::fresh_seed();
-  auto src = make_random_source(tiny(true, true), DType::f16, seed);
-  auto backend = testing::cpu_backend();
-  LoadOptions fused{.context = 24};
-  LoadOptions unfused = fused;
-  unfused.fused_ops = false;
-  LlamaModel a(backend, *src, fused), b(backend, *src, unfused);
-  const auto tokens = some_tokens(10, seed, 97);
-  const auto pa = a.prefill(std::span(tokens).first(4));
-  const std::vector<float> copy(pa.begin(), pa.end());
-  // Same f32 arithmetic in the same order: bit for bit on the CPU.
-  ASSERT_EQ(std::memcmp(copy.data(), b.prefill(std::span(tokens).first(4)).data(), copy.size() * 4), 0);
-  for (size_t t = 4; t < tokens.size(); ++t) {
-    const auto la = a.decode(tokens[t]);
-    const std::vector<float> lc(la.begin(), la.end());
-    ASSERT_EQ(std::memcmp(lc.data(), b.decode(tokens[t]).data(), lc.size() * 4), 0) << "step " << t;
+  LlamaConfig qwen3_normal = family("qwen3");
+  qwen3_normal.rope_neox = false;
+  const std::pair<const char*, LlamaConfig> configs[] = {{"qwen2", tiny(true, true)},
+                                                         {"qwen3", family("qwen3")},
+                                                         {"qwen3_normal_rope", qwen3_normal},
+                                                         {"gemma3", family("gemma3")},
+                                                         {"gemma2", with_norm_offset(family("gemma2"))}};
+  for (const auto& [name, config] : configs) {
+    SCOPED_TRACE(name);
+    auto src = make_random_source(config, DType::f16, seed);
+    auto backend = testing::cpu_backend();
+    LoadOptions fused{.context = 24};
+    LoadOptions unfused = fused;
+    unfused.fused_ops = false;
+    LlamaModel a(backend, *src, fused), b(backend, *src, unfused);
+    const auto tokens = some_tokens(10, seed, 97);
+    const auto pa = a.prefill(std::span(tokens).first(4));
+    const std::vector<float> copy(pa.begin(), pa.end());
+    // Same f32 arithmetic in the same order: bit for bit on the CPU.
+    ASSERT_EQ(std::memcmp(copy.data(), b.prefill(std::span(tokens).first(4)).data(), copy.size() * 4), 0);
+    for (size_t t = 4; t < tokens.size(); ++t) {
+      const auto la = a.decode(tokens[t]);
+      const std::vector<float> lc(la.begin(), la.end());
+      ASSERT_EQ(std::memcmp(lc.data(), b.decode(tokens[t]).data(), lc.size() * 4), 0) << "step " << t;
+    }
+    EXPECT_LT(a.decode_dispatches(), b.decode_dispatches());
   }
-  EXPECT_LT(a.decode_dispatches(), b.decode_dispatches());
+}
+
+// The fused decode step of the QK-norm and post-norm families leaves no RMS norm, residual
+// add or gated activation of its own: the Q/K norms run in rope_kv_write, each Gemma
+// post-norm with its residual add in one rms_norm_add, the others (and GELU x up) in the
+// products.
+TEST(Llama, FusedDecodeStepHasNoSeparateNormOrAdd) {
+  for (const char* name : {"qwen3", "gemma3", "gemma2"}) {
+    SCOPED_TRACE(name);
+    const LlamaConfig c = family(name);
+    auto src = make_random_source(c, DType::f16, 7);
+    LlamaModel m(testing::cpu_backend(), *src, LoadOptions{.context = 16});
+    m.prefill(std::vector<int32_t>{1, 2});
+    m.decode(3);
+    std::map<std::string, size_t> ops;
+    for (const Node& n : m.decode_graph()->graph().nodes()) {
+      if (const Dispatch* d = as_dispatch(n)) ++ops[std::string(d->op)];
+    }
+    EXPECT_EQ(ops["rms_norm"], 0u);
+    EXPECT_EQ(ops["add"], 0u);
+    EXPECT_EQ(ops["gelu_mul"] + ops["silu_mul"], 0u);
+    EXPECT_EQ(ops["rms_norm_add"], c.post_norms ? 2 * static_cast<size_t>(c.layers) : 0u);
+    EXPECT_EQ(ops[c.rope_neox ? "rope_kv_write_neox" : "rope_kv_write"], static_cast<size_t>(c.layers));
+  }
 }
 
 TEST(Llama, GreedyDecodeMatchesHostArgmax) {
@@ -563,6 +600,31 @@ TEST(Llama, CpuFusedDecodeGraphMatchesUnfusedBitForBit) {
     ASSERT_FALSE(c.rope_neox);
     EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 2));
     EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
+  }
+}
+
+// The families' fused decode graphs (Q/K norms in rope_kv_write, rms_norm_add, GELU x up
+// in the gate/up product) against the same graph unfused: bit for bit on the CPU.
+TEST(Llama, CpuFusedDecodeGraphOfTheFamiliesMatchesUnfusedBitForBit) {
+  const uint64_t seed = testing::fresh_seed();
+  for (const char* name : {"qwen3", "gemma3", "gemma2"}) {
+    SCOPED_TRACE(name);
+    const LlamaConfig c = family(name);
+    auto src = make_random_source(c, DType::q8_0, seed);
+    auto backend = testing::cpu_backend();
+    LoadOptions fused{.context = 32};
+    LoadOptions plain = fused;
+    plain.capture.fuse = false;
+    LlamaModel a(backend, *src, fused), b(backend, *src, plain);
+    const auto tokens = some_tokens(8, seed, 97);
+    a.prefill(std::span(tokens).first(3));
+    b.prefill(std::span(tokens).first(3));
+    for (size_t t = 3; t < tokens.size(); ++t) {
+      const auto la = a.decode(tokens[t]);
+      const std::vector<float> got(la.begin(), la.end());
+      ASSERT_EQ(std::memcmp(got.data(), b.decode(tokens[t]).data(), got.size() * 4), 0) << "step " << t;
+    }
+    EXPECT_GT(a.decode_graph()->stats().fusions, 0u);
   }
 }
 

@@ -195,4 +195,33 @@ TEST(RopeKvValidation, RejectsBadCosSin) {
   expect_op_error("rope_kv_write", write({.buffer = false}));     // a buffer to use
 }
 
+// rope_kv_write's per-head q/k norms (RopeParams::q_norm, k_norm): both, f32 [head_dim].
+TEST(RopeKvValidation, RejectsBadQkNorm) {
+  struct Setup {
+    bool q = true;
+    bool k = true;
+    DType type = DType::f32;
+    int64_t values = 64;  // head_dim
+  };
+  auto write = [](Setup u) {
+    return [=](GraphSession& s, Backend& b) {
+      ops::RopeParams p;
+      if (u.q) p.q_norm = b.alloc_tensor(u.type, {u.values});
+      if (u.k) p.k_norm = b.alloc_tensor(DType::f32, {64});
+      ops::rope_kv_write(s, b.alloc_tensor(DType::f32, {1, 4, 64}), b.alloc_tensor(DType::f32, {1, 2, 64}),
+                      b.alloc_tensor(DType::f32, {1, 2, 64}), b.alloc_tensor(DType::f16, {2, 16, 64}),
+                      b.alloc_tensor(DType::f16, {2, 16, 64}), b.alloc_tensor(DType::i32, {1}), p);
+    };
+  };
+  {  // the valid call
+    GraphExecutor executor(cpu_backend());
+    GraphSession session = executor.begin();
+    EXPECT_NO_THROW(write({})(session, executor.backend()));
+  }
+  expect_op_error("rope_kv_write", write({.q = false}));          // both norms or neither
+  expect_op_error("rope_kv_write", write({.k = false}));
+  expect_op_error("rope_kv_write", write({.type = DType::f16}));  // f32
+  expect_op_error("rope_kv_write", write({.values = 32}));        // head_dim values
+}
+
 }  // namespace onepass::testing

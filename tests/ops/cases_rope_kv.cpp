@@ -1,5 +1,6 @@
-// Op cases: rope_kv_write — RoPE on q in place, RoPE'd k and v into the caches — against
-// a float64 reference, with out-of-range positions (no cache write) and untouched rows.
+// Op cases: rope_kv_write — the optional per-head q/k RMS norms, RoPE on q in place, RoPE'd
+// k and v into the caches — against a float64 reference, with out-of-range positions (no
+// cache write) and untouched rows.
 #include <algorithm>
 #include <cmath>
 
@@ -17,7 +18,18 @@ struct RopeKvCase {
   bool neox;
   bool factors;
   DType cache;
+  bool qk_norm = false;  // per-head RMS norms of q and k before the rotation
 };
+
+// x * w / sqrt(mean(x^2) + eps) over each head row of v; f64.
+void norm_heads(std::vector<double>& v, int64_t head_dim, const std::vector<double>& w, double eps) {
+  for (size_t base = 0; base < v.size(); base += static_cast<size_t>(head_dim)) {
+    double sum = 0;
+    for (int64_t d = 0; d < head_dim; ++d) sum += v[base + static_cast<size_t>(d)] * v[base + static_cast<size_t>(d)];
+    const double inv = 1.0 / std::sqrt(sum / static_cast<double>(head_dim) + eps);
+    for (int64_t d = 0; d < head_dim; ++d) v[base + static_cast<size_t>(d)] *= inv * w[static_cast<size_t>(d)];
+  }
+}
 
 // angle = p * freq_scale * theta^(-2i / rotary) / factor_i, rotation of pairs; f64.
 // `given`: (cos, sin) per pair to rotate by instead (RopeCosSin::load).
@@ -46,6 +58,11 @@ ONEPASS_OP_CASES(rope_kv) {
       {"decode_neox_factors", 1, 9, 3, 64, 0, true, true, DType::f16},
       {"prefill_partial", 7, 6, 2, 80, 48, false, false, DType::f32},
       {"prefill_bf16", 5, 4, 4, 128, 0, true, false, DType::bf16},
+      // Qwen3 and Gemma 3 (head_dim 256: the block loops twice over the head) decode steps,
+      // and partial rotary dims that pass normalised values through.
+      {"decode_neox_qk_norm", 1, 16, 8, 128, 0, true, false, DType::f16, true},
+      {"decode_neox_qk_norm_hd256", 1, 4, 1, 256, 0, true, false, DType::bf16, true},
+      {"prefill_partial_qk_norm", 7, 6, 2, 80, 48, false, false, DType::f32, true},
   };
   // One token's (cos, sin) per pair stored as computed, or loaded instead of computed.
   std::vector<std::pair<RopeKvCase, ops::RopeCosSin>> runs;
@@ -90,8 +107,16 @@ ONEPASS_OP_CASES(rope_kv) {
         if (use == ops::RopeCosSin::load) given = c.host(p.cos_sin);
       }
       const std::vector<double>* g = use == ops::RopeCosSin::load ? &given : nullptr;
-      const std::vector<double> q0 = c.host(q);
-      std::vector<double> want_q = q0, want_k = c.host(k), want_kc = c.host(kc), want_vc = c.host(vc);
+      const std::vector<double> q0 = c.host(q), k0 = c.host(k);
+      std::vector<double> want_q = q0, want_k = k0, want_kc = c.host(kc), want_vc = c.host(vc);
+      const double eps = 1e-6;
+      if (s.qk_norm) {
+        p.q_norm = c.random_input(DType::f32, {s.head_dim}, 0.25f, 2.0f);
+        p.k_norm = c.random_input(DType::f32, {s.head_dim}, 0.25f, 2.0f);
+        p.qk_norm_eps = static_cast<float>(eps);
+        norm_heads(want_q, s.head_dim, c.host(p.q_norm), eps);
+        norm_heads(want_k, s.head_dim, c.host(p.k_norm), eps);
+      }
       const std::vector<double>& vv = c.host(v);
       ops::rope_kv_write(c.session(), q, k, v, kc, vc, positions, p);
       c.run();
@@ -117,9 +142,14 @@ ONEPASS_OP_CASES(rope_kv) {
         }
       }
       // f32 angles: |error| <= 8 ulp of the largest angle, times the pair's magnitude.
-      const double angle_tol = 8 * 0x1p-24 * static_cast<double>(ctx + 5) * std::sqrt(2.0);
-      c.expect_near(q, want_q, Tolerance{angle_tol + 1e-6, 1e-6}, "q");
-      const Tolerance cache_tol = tolerance(s.cache, 1e-6, angle_tol + 1e-6);
+      // Normalised heads reach |x| * w <= sqrt(head_dim) * 2; their values carry the f32
+      // rounding of the norm (relative).
+      const double magnitude = s.qk_norm ? 2 * std::sqrt(static_cast<double>(s.head_dim)) : 1.0;
+      const double angle_tol = 8 * 0x1p-24 * static_cast<double>(ctx + 5) * std::sqrt(2.0) * magnitude;
+      const double value_rtol = s.qk_norm ? 1e-5 : 1e-6;
+      c.expect_near(q, want_q, Tolerance{angle_tol + 1e-6, value_rtol}, "q");
+      c.expect_near(k, k0, Tolerance{}, "k (left as it was)");
+      const Tolerance cache_tol = tolerance(s.cache, value_rtol, angle_tol + 1e-6);
       c.expect_near(kc, want_kc, cache_tol, "k_cache");
       c.expect_near(vc, want_vc, cache_tol, "v_cache");
       if (use == ops::RopeCosSin::store) {

@@ -30,7 +30,8 @@ struct MatmulArgs {
 /// matmul_fused: the matrix-vector product with what the fusion rules fold into it
 /// (matmul_fusion.cpp), each optional:
 ///   norm_weight  x rows are first RMS-normalised (eps) and scaled by norm_weight [K]
-///   silu         out[m, j] = silu(w_j · x) * (w_{j+n} · x): w has 2n rows (gate, then up)
+///   silu         out[m, j] = act(w_j · x) * (w_{j+n} · x): w has 2n rows (gate, then up);
+///                act is SiLU, or with `gelu` set GELU in its tanh form (gelu_mul's)
 ///   residual     out[m, j] += residual[m * residual_stride + j] (0: one broadcast row);
 ///                residual may be out itself
 ///   rope         (rope.positions set) the product is one token's Q/K/V, [q | k | v] in
@@ -62,6 +63,7 @@ struct FusedMatvecArgs {
   const float* norm_weight;
   float eps;
   int32_t silu;
+  int32_t gelu;  // with silu: the gate's activation is GELU (tanh), not SiLU
   const float* residual;
   int64_t residual_stride;
   MatvecRope rope;

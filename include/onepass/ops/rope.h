@@ -41,6 +41,13 @@ struct RopeParams {
   /// cos_sin_use says (RopeCosSin); a view without buffer = none.
   TensorView cos_sin;
   RopeCosSin cos_sin_use = RopeCosSin::none;
+  /// rope_kv_write only: per-head RMS norms of q and k before the rotation (Qwen3, Qwen3
+  /// MoE, Gemma 3): f32 [head_dim] weights, both or neither (a view without buffer = none);
+  /// each head row becomes x * w / sqrt(mean(x^2) + qk_norm_eps), exactly as rms_norm over
+  /// the rows [tokens * heads, head_dim] computes it.
+  TensorView q_norm;
+  TensorView k_norm;
+  float qk_norm_eps = 1e-6f;
 };
 
 /// rope and rope_neox (the layouts; x and out share the type, f32/f16/bf16).
@@ -68,8 +75,9 @@ struct RopeArgs {
 /// two layouts; any cache type of f32, f16, bf16): RoPE on q in place, RoPE'd k and v written
 /// into the caches at the tokens' positions (positions outside [0, ctx) write nothing; k
 /// and v are left as they were). Equals rope(q, q); rope(k, k'); kv_write(k', k_cache);
-/// kv_write(v, v_cache). q, k, v f32 [tokens, heads, head_dim]; caches [kv_heads, ctx,
-/// head_dim].
+/// kv_write(v, v_cache), preceded, with q_norm and k_norm, by the per-head rms_norm of q and
+/// k in place (k is left as it was; the normalised k goes to the cache). q, k, v f32
+/// [tokens, heads, head_dim]; caches [kv_heads, ctx, head_dim].
 struct RopeKvArgs {
   float* q;
   const float* k;
@@ -92,6 +100,9 @@ struct RopeKvArgs {
   float freq_scale;
   float* cos_sin_out;       // RopeCosSin::store, else null
   const float* cos_sin_in;  // RopeCosSin::load, else null
+  const float* q_norm;      // [head_dim] per-head RMS norm weights of q, else null
+  const float* k_norm;      // [head_dim] of k; set exactly when q_norm is
+  float norm_eps;
 };
 
 /// Operands of rope_kv_write a backend may read early (KernelChoice::early_operands): the

@@ -174,7 +174,9 @@ KernelChoice matmul_id_grouped(const Backend& b, const KernelRequest& r) {
 
 void register_cpu_selectors(KernelSelectors& s) {
   for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul", "gelu_mul"}) s.add(op, elementwise);
-  for (std::string_view op : {"rms_norm", "rms_norm_mul", "add_rms_norm", "softmax", "argmax"}) s.add(op, per_row);
+  for (std::string_view op : {"rms_norm", "rms_norm_mul", "rms_norm_add", "add_rms_norm", "softmax", "argmax"}) {
+    s.add(op, per_row);
+  }
   s.add("rms_norm_no_weight", rms_norm_no_weight);
   s.add("copy", copy);
   s.add("copy_bytes", copy_bytes);

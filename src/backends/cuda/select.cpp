@@ -50,7 +50,7 @@ KernelChoice elementwise(const Backend& b, const KernelRequest& r) {
   return named(b, typed(r.op, r.type), elementwise_dims(r.rows * r.cols));
 }
 
-// rms_norm, rms_norm_mul, add_rms_norm, softmax, rope, rope_neox.
+// rms_norm, rms_norm_mul, rms_norm_add, add_rms_norm, softmax, rope, rope_neox.
 KernelChoice per_row(const Backend& b, const KernelRequest& r) {
   return named(b, typed(r.op, r.type), row_dims(r.rows, r.cols, r.op));
 }
@@ -201,7 +201,8 @@ KernelChoice paged_attention(const Backend& b, const KernelRequest& r) {
 
 void register_cuda_selectors(KernelSelectors& s) {
   for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul", "gelu_mul"}) s.add(op, elementwise);
-  for (std::string_view op : {"rms_norm", "rms_norm_mul", "add_rms_norm", "softmax", "rope", "rope_neox"}) {
+  for (std::string_view op :
+       {"rms_norm", "rms_norm_mul", "rms_norm_add", "add_rms_norm", "softmax", "rope", "rope_neox"}) {
     s.add(op, per_row);
   }
   s.add("rms_norm_no_weight", rms_norm_no_weight);

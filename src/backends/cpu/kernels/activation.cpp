@@ -14,13 +14,6 @@ namespace {
 
 enum class Unary { gelu, silu, softcap };
 
-inline float gelu(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCubic = 0.044715f;
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return 0.5f * x * (1.0f + std::tanh(u));
-}
-
 template <DType T, Unary kOp>
 void unary_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   using E = Elem<T>;

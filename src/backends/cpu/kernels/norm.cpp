@@ -1,4 +1,5 @@
-// CPU kernels: rms_norm, rms_norm_noweight, rms_norm_mul, add_rms_norm. One block per row.
+// CPU kernels: rms_norm, rms_norm_noweight, rms_norm_mul, rms_norm_add, add_rms_norm. One
+// block per row.
 #include "onepass/ops/norm.h"
 
 #include <cmath>
@@ -10,7 +11,9 @@
 namespace onepass::cpu {
 namespace {
 
-template <DType T, bool kWeight, bool kScale>
+// rms_norm_add: the normalised value stored in T, then residual + it as add_<T> adds, so
+// the fused kernel matches rms_norm -> add bit for bit.
+template <DType T, bool kWeight, bool kScale, bool kResidual = false>
 void rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   using E = Elem<T>;
   using S = typename E::storage;
@@ -22,10 +25,13 @@ void rms_norm_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_
     const float inv = rms_inverse([x](int64_t c) { return E::load(x[c]); }, a.cols, a.eps);
     const S* s = nullptr;
     if constexpr (kScale) s = static_cast<const S*>(a.scale) + r * a.scale_row_step * a.scale_stride;
+    const S* res = nullptr;
+    if constexpr (kResidual) res = static_cast<const S*>(a.residual) + r * a.residual_stride;
     for (int64_t c = 0; c < a.cols; ++c) {
       float v = E::load(x[c]) * inv;
       if constexpr (kWeight) v *= a.weight[c];
       if constexpr (kScale) v *= E::load(s[c]);
+      if constexpr (kResidual) v = E::load(res[c]) + E::load(E::store(v));
       o[c] = E::store(v);
     }
   }
@@ -67,6 +73,7 @@ void register_norm_kernels(KernelRegistry& registry) {
     registry.add(
         make_cpu_kernel<ops::RmsNormArgs>("rms_norm_noweight_" + t, rms_norm_kernel<T, false, false>));
     registry.add(make_cpu_kernel<ops::RmsNormArgs>("rms_norm_mul_" + t, rms_norm_kernel<T, true, true>));
+    registry.add(make_cpu_kernel<ops::RmsNormArgs>("rms_norm_add_" + t, rms_norm_kernel<T, true, false, true>));
     registry.add(make_cpu_kernel<ops::AddRmsNormArgs>("add_rms_norm_" + t, add_rms_norm_kernel<T>));
   });
 }

@@ -1,5 +1,6 @@
 // CPU kernels: rope_kv_write_<C> and rope_kv_write_neox_<C>. One token per block, the same
-// f32 arithmetic as rope_<T> and kv_write_<S>_<C>.
+// f32 arithmetic as rms_norm_f32 (the optional per-head q/k norms), rope_<T> and
+// kv_write_<S>_<C>, so the fused op equals the unfused sequence bit for bit.
 #include <cmath>
 #include <vector>
 
@@ -18,6 +19,18 @@ void rope_kv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t
   const auto& a = *static_cast<const ops::RopeKvArgs*>(raw);
   const int64_t half = a.rotary_dims / 2;
   std::vector<float> cosines(static_cast<size_t>(half)), sines(static_cast<size_t>(half));
+  std::vector<float> normed(a.q_norm != nullptr ? static_cast<size_t>(a.head_dim) : 0);
+  // The head row as rms_norm leaves it (x * inv, then * w, in f32), or x itself.
+  auto norm_row = [&](const float* x, const float* w) -> const float* {
+    if (w == nullptr) return x;
+    const float inv = rms_inverse([x](int64_t d) { return x[d]; }, a.head_dim, a.norm_eps);
+    for (int64_t d = 0; d < a.head_dim; ++d) {
+      float value = x[d] * inv;
+      value *= w[d];
+      normed[static_cast<size_t>(d)] = value;
+    }
+    return normed.data();
+  };
   for (uint64_t block = first; block < end; ++block) {
     const auto token = static_cast<int64_t>(block);
     if (token >= a.tokens) break;
@@ -47,11 +60,15 @@ void rope_kv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t
     };
     for (int64_t h = 0; h < a.n_head; ++h) {  // q in place: each pair read before written
       float* q = a.q + (token * a.n_head + h) * a.q_stride;
-      rotate(q, [&](int64_t d, float value) { q[d] = value; });
+      const float* x = norm_row(q, a.q_norm);
+      rotate(x, [&](int64_t d, float value) { q[d] = value; });
+      if (x != q) {
+        for (int64_t d = a.rotary_dims; d < a.head_dim; ++d) q[d] = x[d];
+      }
     }
     if (position < 0 || position >= a.ctx) continue;  // device data: never write outside
     for (int64_t h = 0; h < a.n_kv_head; ++h) {
-      const float* k = a.k + (token * a.n_kv_head + h) * a.k_stride;
+      const float* k = norm_row(a.k + (token * a.n_kv_head + h) * a.k_stride, a.k_norm);
       const float* v = a.v + (token * a.n_kv_head + h) * a.v_stride;
       S* kc = static_cast<S*>(a.k_cache) + (h * a.ctx + position) * a.cache_stride;
       S* vc = static_cast<S*>(a.v_cache) + (h * a.ctx + position) * a.cache_stride;

@@ -48,4 +48,12 @@ inline void rope_cos_sin(int64_t i, int32_t position, int32_t rotary_dims, float
 /// exp(-x) overflows to inf for x < -88, giving x / inf = -0: the right limit.
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+/// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+inline float gelu(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(u));
+}
+
 }  // namespace onepass::cpu

@@ -1,4 +1,5 @@
-// CUDA kernels: rms_norm, rms_norm_noweight, rms_norm_mul, add_rms_norm. One block per row.
+// CUDA kernels: rms_norm, rms_norm_noweight, rms_norm_mul, rms_norm_add, add_rms_norm. One
+// block per row.
 #include "common.cuh"
 #include "onepass/ops/norm.h"
 #include "registration.h"
@@ -6,7 +7,9 @@
 namespace onepass::cuda {
 namespace {
 
-template <DType T, bool kWeight, bool kScale>
+// rms_norm_add: the normalised value stored in T, then residual + it as add_<T> adds (the
+// post-norm and the residual add in one dispatch).
+template <DType T, bool kWeight, bool kScale, bool kResidual = false>
 __global__ void rms_norm_kernel(const __grid_constant__ ops::RmsNormArgs a) {
   using E = Elem<T>;
   using S = typename E::storage;
@@ -24,10 +27,13 @@ __global__ void rms_norm_kernel(const __grid_constant__ ops::RmsNormArgs a) {
   const float inv = rsqrtf(sum / static_cast<float>(a.cols) + a.eps);
   const S* s = nullptr;
   if constexpr (kScale) s = static_cast<const S*>(a.scale) + r * a.scale_row_step * a.scale_stride;
+  const S* res = nullptr;
+  if constexpr (kResidual) res = static_cast<const S*>(a.residual) + r * a.residual_stride;
   for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
     float v = E::load(x[c]) * inv;
     if constexpr (kWeight) v *= a.weight[c];
     if constexpr (kScale) v *= E::load(s[c]);
+    if constexpr (kResidual) v = __fadd_rn(E::load(res[c]), E::load(E::store(v)));
     out[c] = E::store(v);
   }
 }
@@ -111,6 +117,8 @@ void register_norm_cuda_kernels(KernelRegistry& registry) {
         "rms_norm_noweight_" + t, reinterpret_cast<const void*>(&rms_norm_kernel<T, false, false>)));
     registry.add(make_cuda_kernel<ops::RmsNormArgs>(
         "rms_norm_mul_" + t, reinterpret_cast<const void*>(&rms_norm_kernel<T, true, true>)));
+    registry.add(make_cuda_kernel<ops::RmsNormArgs>(
+        "rms_norm_add_" + t, reinterpret_cast<const void*>(&rms_norm_kernel<T, true, false, true>)));
     registry.add(make_cuda_kernel<ops::AddRmsNormArgs>(
         "add_rms_norm_" + t, reinterpret_cast<const void*>(&add_rms_norm_kernel<T>)));
   });

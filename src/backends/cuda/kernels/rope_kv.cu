@@ -1,5 +1,6 @@
 // CUDA kernels: rope_kv_write_<C> and rope_kv_write_neox_<C>. One block per (token, head
-// row): q rows rotate in place, k rows rotate into the cache, v rows copy into it. Angles
+// row): q rows rotate in place, k rows rotate into the cache, v rows copy into it; with the
+// per-head q/k norms, a q or k row is RMS-normalised first (a block reduction). Angles
 // in f32 in the order of rope_<T> (powf, factor, position, sincosf; rope_math.cuh), so the
 // fused and the unfused paths round alike. (mv_<W>_f32_fused folds this op into a
 // one-token Q/K/V product for the normal layout.)
@@ -28,10 +29,27 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
     const int64_t kh = row - a.n_head;
     const float* k = a.k + (token * a.n_kv_head + kh) * a.k_stride;
     S* kc = is_k ? static_cast<S*>(a.k_cache) + (kh * a.ctx + position) * a.cache_stride : nullptr;
+    const float* x = is_q ? q : k;
+    // The per-head RMS norm (rms_norm_f32's arithmetic: x * inv, then * w): the block sums
+    // the row's squares before any thread writes (q is rotated in place), and each thread
+    // then reads only the values it writes.
+    const float* w = is_q ? a.q_norm : a.k_norm;
+    float inv = 1.0f;
+    if (w != nullptr) {  // the same for the whole block
+      __shared__ float scratch[32];
+      float sum = 0.0f;
+      for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) sum += x[d] * x[d];
+      sum = block_sum(sum, scratch);
+      inv = rsqrtf(sum / static_cast<float>(a.head_dim) + a.norm_eps);
+    }
+    auto load = [&](int64_t d) {
+      if (w == nullptr) return x[d];
+      const float value = x[d] * inv;
+      return value * w[d];
+    };
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
       const int64_t i0 = kNeox ? i : 2 * i;
       const int64_t i1 = kNeox ? i + half : 2 * i + 1;
-      const float* x = is_q ? q : k;
       float y0, y1;
       // RopeCosSin::load: the stored angles; ::store: the first q head's block stores them.
       const float2 cs = a.cos_sin_in != nullptr
@@ -41,7 +59,7 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
         a.cos_sin_out[2 * i] = cs.x;
         a.cos_sin_out[2 * i + 1] = cs.y;
       }
-      rope_apply(x[i0], x[i1], cs, y0, y1);
+      rope_apply(load(i0), load(i1), cs, y0, y1);
       if (is_q) {
         q[i0] = y0;
         q[i1] = y1;
@@ -50,8 +68,12 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
         kc[i1] = Out::store(y1);
       }
     }
-    if (is_k) {
-      for (int64_t d = a.rotary_dims + threadIdx.x; d < a.head_dim; d += blockDim.x) kc[d] = Out::store(k[d]);
+    for (int64_t d = a.rotary_dims + threadIdx.x; d < a.head_dim; d += blockDim.x) {
+      if (is_k) {
+        kc[d] = Out::store(load(d));
+      } else if (w != nullptr) {
+        q[d] = load(d);
+      }
     }
     return;
   }

@@ -20,6 +20,14 @@ __device__ __forceinline__ void store_cache_pair(void* cache, int64_t at, float 
 // The token's position for the RoPE epilogue of a pair (0 without RoPE), read from memory
 // once per pair; a warp's first pair in the mv1 kernels takes it from its shared slot
 // (mv1_first_pair_copy_after_staging, mv1_common.cuh).
+// GELU in its tanh form, the formula and operation order of gelu_mul_f32 (activation.cu).
+__device__ __forceinline__ float mv_gelu(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
 __device__ __forceinline__ int32_t rope_position(const MvFusion& f) { return f.rope ? *f.rope->positions : 0; }
 
 // The epilogue of a one-token Q/K/V product with rope_kv_write folded in (MatvecRope):
@@ -73,7 +81,7 @@ __device__ __forceinline__ void mv_store_rope(const ops::MatmulArgs& a, const op
 }
 
 // The fused epilogue of row m of x, run by one lane with the warp's two sums: out[m, j]
-// (+ residual), or silu(gate) * up, or RoPE and the KV-cache writes.
+// (+ residual), or silu(gate) * up or gelu(gate) * up, or RoPE and the KV-cache writes.
 // have_pair: residual_pair holds the pair's residual. rope_cs: with RoPE, the pair's
 // stored (cos, sin) where the caller has them (mv1_finish_rows' first pair), else null.
 __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvFusion& f, int64_t m, int64_t j0,
@@ -81,7 +89,7 @@ __device__ __forceinline__ void mv_store_row(const ops::MatmulArgs& a, const MvF
                                              bool have_pair = false, const float2* rope_cs = nullptr) {
   if (f.silu) {
     if (j0 >= a.n) return;
-    float v = v0 / (1.0f + __expf(-v0)) * v1;
+    float v = (f.gelu ? mv_gelu(v0) : v0 / (1.0f + __expf(-v0))) * v1;
     if (f.residual) v += have_pair ? residual_pair.x : f.residual[m * f.residual_stride + j0];
     a.out[m * a.out_stride + j0] = v;
   } else if (f.rope) {

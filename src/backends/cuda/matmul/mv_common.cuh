@@ -26,7 +26,8 @@ constexpr int kDenseLoads = 2;
 struct MvFusion {
   const float* norm_weight = nullptr;
   float eps = 0.0f;
-  bool silu = false;
+  bool silu = false;                // gated: silu(gate) * up, or gelu(gate) * up
+  bool gelu = false;
   const float* residual = nullptr;
   int64_t residual_stride = 0;
   const ops::MatvecRope* rope = nullptr;  // one token's Q/K/V: RoPE and KV-cache writes
@@ -34,7 +35,7 @@ struct MvFusion {
 };
 
 __device__ __forceinline__ MvFusion fusion_of(const ops::FusedMatvecArgs& f) {
-  return MvFusion{f.norm_weight, f.eps,         f.silu != 0, f.residual, f.residual_stride,
+  return MvFusion{f.norm_weight, f.eps, f.silu != 0, f.gelu != 0, f.residual, f.residual_stride,
                   f.rope.positions != nullptr ? &f.rope : nullptr, f.residual_early != 0};
 }
 

@@ -1,7 +1,7 @@
 // mv_fused_<W>_f32 on the CPU: matmul_fused (ops::FusedMatvecArgs) with the arithmetic of
 // the unfused sequence it replaces, value for value: x normalised as rms_norm_f32 does
 // (once per call, into the thread's scratch), the same row dot products as mv_<W>_f32, then
-// silu(gate) * up as silu_mul_f32, product + residual as add_f32, or the rotation and cache
+// silu(gate) * up as silu_mul_f32 (gelu(gate) * up as gelu_mul_f32), product + residual as add_f32, or the rotation and cache
 // stores of rope_kv_write_<C> (one token).
 #include <algorithm>
 #include <vector>
@@ -119,7 +119,7 @@ void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) 
       }
       if (f.silu != 0) {
         dot(w + (n + a.n) * a.w_row_bytes, x, x_stride, a.m, a.k, up, 1);
-        for (int64_t i = 0; i < a.m; ++i) product[i] = silu(product[i]) * up[i];
+        for (int64_t i = 0; i < a.m; ++i) product[i] = (f.gelu != 0 ? gelu(product[i]) : silu(product[i])) * up[i];
       }
       for (int64_t i = 0; i < a.m; ++i) {
         float v = product[i];
