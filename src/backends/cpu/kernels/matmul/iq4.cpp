@@ -96,7 +96,8 @@ struct IQ4_XS {
     const float d = half_at(b);
     for (int i = 0; i < 8; i += 2) {
       iq4_run(Set<0>{}, i, d * static_cast<float>(iq4xs_scale(block, i) - 32), b + 8 + 16 * i, f);
-      iq4_run(Set<1>{}, i + 1, d * static_cast<float>(iq4xs_scale(block, i + 1) - 32), b + 24 + 16 * i, f);
+      iq4_run(Set<1>{}, i + 1, d * static_cast<float>(iq4xs_scale(block, i + 1) - 32),
+              b + 24 + 16 * i, f);
     }
   }
 };
@@ -104,32 +105,18 @@ struct IQ4_XS {
 }  // namespace
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
-#endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
 
 RowKernels iq4_row_kernels(DType w, Isa isa) {
-#if ONEPASS_CPU_X86
-  using avx2::Avx2;
-  using avx2::ScaledBlocks;
-  using avx512::Avx512;
-  using avx512::WeightBlocks;
-  const bool wide = isa == Isa::avx512;
-  switch (w) {
-    case DType::iq4_nl:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::IQ4_NL>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtIQ4_NL>>();
-    case DType::iq4_xs:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::IQ4_XS>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtIQ4_XS>>();
-    default:
-      break;
-  }
-#else
-  (void)w;
-  (void)isa;
-#endif
-  return {};
+  return pick_row_kernels(w, isa,
+                          {
+                              {DType::iq4_nl, avx512::weight_block_kernels<avx512::IQ4_NL>(),
+                               avx2::scaled_block_kernels<avx2::FmtIQ4_NL>()},
+                              {DType::iq4_xs, avx512::weight_block_kernels<avx512::IQ4_XS>(),
+                               avx2::scaled_block_kernels<avx2::FmtIQ4_XS>()},
+                          });
 }
 
 }  // namespace onepass::cpu
+#endif  // ONEPASS_CPU_X86

@@ -109,6 +109,17 @@ inline void bytes_to_f32(__m256i bytes, __m256* v) {
 
 #include "simd_rows.inl"
 
+// The row kernels of a block decoder Fmt: one that hands out integer values and scales
+// (ScaledBlocks), or one that hands out the final weights (WeightBlocks).
+template <typename Fmt>
+constexpr RowKernels scaled_block_kernels() {
+  return row_kernels_of<Avx2, ScaledBlocks<Avx2, Fmt>>();
+}
+template <typename Fmt>
+constexpr RowKernels weight_block_kernels() {
+  return row_kernels_of<Avx2, WeightBlocks<Avx2, Fmt>>();
+}
+
 }  // namespace onepass::cpu::avx2
 ONEPASS_AVX2_END
 
@@ -157,6 +168,12 @@ inline __m512i bytes_u32(const uint8_t* p) {
 }
 
 #include "simd_rows.inl"
+
+// The row kernels of a block decoder Fmt that hands out the final weights (WeightBlocks).
+template <typename Fmt>
+constexpr RowKernels weight_block_kernels() {
+  return row_kernels_of<Avx512, WeightBlocks<Avx512, Fmt>>();
+}
 
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
