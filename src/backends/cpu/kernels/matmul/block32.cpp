@@ -115,14 +115,9 @@ namespace onepass::cpu {
 
 RowKernels block32_row_kernels(DType w, Isa isa) {
   return pick_row_kernels(w, isa,
-                          {
-                              {DType::q4_0, avx512::weight_block_kernels<avx512::Q4_0>(),
-                               avx2::scaled_block_kernels<avx2::FmtQ4_0>()},
-                              {DType::q4_1, avx512::weight_block_kernels<avx512::Q4_1>(),
-                               avx2::scaled_block_kernels<avx2::FmtQ4_1>()},
-                              {DType::q8_0, avx512::weight_block_kernels<avx512::Q8_0>(),
-                               avx2::scaled_block_kernels<avx2::FmtQ8_0>()},
-                          });
+                          {block_rows<DType::q4_0, avx512::Q4_0, avx2::FmtQ4_0>(),
+                           block_rows<DType::q4_1, avx512::Q4_1, avx2::FmtQ4_1>(),
+                           block_rows<DType::q8_0, avx512::Q8_0, avx2::FmtQ8_0>()});
 }
 
 }  // namespace onepass::cpu

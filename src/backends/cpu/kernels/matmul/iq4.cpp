@@ -110,12 +110,8 @@ namespace onepass::cpu {
 
 RowKernels iq4_row_kernels(DType w, Isa isa) {
   return pick_row_kernels(w, isa,
-                          {
-                              {DType::iq4_nl, avx512::weight_block_kernels<avx512::IQ4_NL>(),
-                               avx2::scaled_block_kernels<avx2::FmtIQ4_NL>()},
-                              {DType::iq4_xs, avx512::weight_block_kernels<avx512::IQ4_XS>(),
-                               avx2::scaled_block_kernels<avx2::FmtIQ4_XS>()},
-                          });
+                          {block_rows<DType::iq4_nl, avx512::IQ4_NL, avx2::FmtIQ4_NL>(),
+                           block_rows<DType::iq4_xs, avx512::IQ4_XS, avx2::FmtIQ4_XS>()});
 }
 
 }  // namespace onepass::cpu

@@ -114,12 +114,8 @@ namespace onepass::cpu {
 
 RowKernels q5_blocks_row_kernels(DType w, Isa isa) {
   return pick_row_kernels(w, isa,
-                          {
-                              {DType::q5_0, avx512::weight_block_kernels<avx512::Q5_0>(),
-                               avx2::scaled_block_kernels<avx2::FmtQ5_0>()},
-                              {DType::q5_1, avx512::weight_block_kernels<avx512::Q5_1>(),
-                               avx2::scaled_block_kernels<avx2::FmtQ5_1>()},
-                          });
+                          {block_rows<DType::q5_0, avx512::Q5_0, avx2::FmtQ5_0>(),
+                           block_rows<DType::q5_1, avx512::Q5_1, avx2::FmtQ5_1>()});
 }
 
 }  // namespace onepass::cpu

@@ -20,6 +20,7 @@
 #include "../quant_blocks.h"
 #include "../simd_x86.h"
 #include "onepass/core/dtype.h"
+#include "rows.h"
 
 namespace onepass::cpu {
 
@@ -177,4 +178,15 @@ constexpr RowKernels weight_block_kernels() {
 
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
+
+namespace onepass::cpu {
+
+/// The row kernels of weight type T for a 32-value block format: the AVX-512 decoder Wide
+/// hands out the final weights, the AVX2 decoder Narrow integer values and scales.
+template <DType T, typename Wide, typename Narrow>
+SimdRowKernels block_rows() {
+  return {T, avx512::weight_block_kernels<Wide>(), avx2::scaled_block_kernels<Narrow>()};
+}
+
+}  // namespace onepass::cpu
 #endif  // ONEPASS_CPU_X86
