@@ -1,7 +1,7 @@
 // Matrix-vector throughput of the CPU kernels for the quantized weight formats, in GB/s of
 // weights read, next to the machine's memcpy bandwidth.
 //
-//   bench_quant_cpu [--threads N] [--quick]
+//   bench_quant_cpu [--threads N] [--quick] [--only FORMAT[,FORMAT...]] [--shape NxK]
 //
 // For each format and shape N x K:
 //   kernel  one thread calling the kernel directly on one cache-resident weight matrix
@@ -206,14 +206,25 @@ double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
 int main(int argc, char** argv) {
   Options options = Options::defaults();
   bool quick = false;
+  std::string only;  // comma-separated format names; empty: all
+  std::vector<std::pair<int64_t, int64_t>> chosen_shapes;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--threads" && i + 1 < argc) {
       options.cpu_threads = std::atoi(argv[++i]);
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--only" && i + 1 < argc) {
+      only = "," + std::string(argv[++i]) + ",";
+    } else if (arg == "--shape" && i + 1 < argc) {
+      long long n = 0, k = 0;
+      if (std::sscanf(argv[++i], "%lldx%lld", &n, &k) != 2 || n <= 0 || k <= 0) {
+        std::fprintf(stderr, "--shape takes NxK, e.g. 2048x2048\n");
+        return 2;
+      }
+      chosen_shapes.emplace_back(n, k);
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--only FORMAT[,FORMAT...]] [--shape NxK]\n", argv[0]);
       return 2;
     }
   }
@@ -253,11 +264,13 @@ int main(int argc, char** argv) {
     std::vector<std::pair<int64_t, int64_t>> shapes = {
         {1536, 576}, {576, 1536}, {8192, 2048}, {2048, 8192}};
     if (quick) shapes = {{1536, 576}, {8192, 2048}};
+    if (!chosen_shapes.empty()) shapes = chosen_shapes;
     std::printf("matrix-vector (M = 1), GB/s of weights read (weights + scales)\n");
     std::printf("%-9s %-11s %9s %9s %9s %9s %11s %8s\n", "format", "N x K", "MB", "kernel", "hot",
                 "cold", "cold us", "cold/bw");
     std::mt19937_64 rng(42);
     for (const Format& f : formats) {
+      if (!only.empty() && only.find("," + f.name + ",") == std::string::npos) continue;
       for (auto [n, k] : shapes) {
         const int64_t block = f.affine ? f.affine_format.group_size : dtype_block_elems(f.type);
         if (k % block != 0) {

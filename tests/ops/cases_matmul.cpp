@@ -121,13 +121,21 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
 // out[i, j] = Σ_k x[i, k] · w[j, k] in float64, and in `atol` the tolerance of the
 // comment at the top of this file (the largest over all elements).
 //
-// With `int8_x` the kernel is the CUDA matrix-vector kernel for block formats, which
-// quantizes x to int8 per 32 values (d = amax / 127, as llama.cpp does) and applies the
-// formats' additive terms with exact sums of x: each activation is then off by at most
-// d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element (measured: well inside).
+// With x rounded (XRounding) the kernel is the CUDA matrix-vector kernel for block formats,
+// which quantizes x to int8 per 32 values (d = amax / 127, as llama.cpp does), or the CPU's
+// avx512_vnni one for q4_0, q4_1 and q8_0 (int16 per 256 values, d = amax / 32767); both
+// apply the formats' additive terms with exact sums of x. Each activation is then off by
+// at most d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element (measured: well inside).
+XRounding mv_x_rounding(const Backend& backend, DType t) {
+  if (backend.kind() == BackendKind::cuda) return dtype_is_quantized(t) ? kXInt8PerBlock : kXF32;
+  const bool int16_formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0;
+  return backend.info().isa == "avx512_vnni" && int16_formats ? kXInt16PerGroup : kXF32;
+}
+
 std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
                                      const std::vector<double>& offsets, int64_t m, int64_t n,
-                                     int64_t k, double& atol, bool int8_x, double input_rounding) {
+                                     int64_t k, double& atol, XRounding x_rounding,
+                                     double input_rounding) {
   std::vector<double> out(static_cast<size_t>(m * n));
   atol = 0;
   for (int64_t i = 0; i < m; ++i) {
@@ -144,14 +152,14 @@ std::vector<double> matmul_reference(const std::vector<double>& x, const std::ve
       out[static_cast<size_t>(i * n + j)] = scaled + offset;
       const double bracket = std::sqrt(squares) + std::fabs(scaled) + std::fabs(offset);
       double quantization = 0;
-      if (int8_x) {
-        for (int64_t g = 0; g + 32 <= k; g += 32) {
+      if (x_rounding.levels > 0) {
+        for (int64_t g = 0; g < k; g += x_rounding.group) {
           double amax = 0, weight = 0;
-          for (int64_t t = g; t < g + 32; ++t) {
+          for (int64_t t = g; t < std::min(k, g + x_rounding.group); ++t) {
             amax = std::max(amax, std::fabs(x[static_cast<size_t>(i * k + t)]));
             weight += std::fabs(w[static_cast<size_t>(j * k + t)] - offsets[static_cast<size_t>(j * k + t)]);
           }
-          quantization += amax / 127.0 / 2.0 * weight;
+          quantization += amax / x_rounding.levels / 2.0 * weight;
         }
       }
       atol = std::max(atol, 4 * 0x1p-24 * std::sqrt(static_cast<double>(k)) * bracket + 1.01 * quantization +
@@ -188,13 +196,13 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t
     c.run();
     double atol = 0;
     const bool cuda = c.backend().kind() == BackendKind::cuda;
-    const bool int8_x = cuda && dtype_is_quantized(t) && m <= ops::kMatmulMvMaxRows;
+    const XRounding x_rounding = m <= ops::kMatmulMvMaxRows ? mv_x_rounding(c.backend(), t) : kXF32;
     double input_rounding = 0;  // u_x + u_w of the tensor-core kernels
     if (cuda && m > ops::kMatmulMvMaxRows && t != DType::f32) {
       input_rounding = (t == DType::bf16 ? 0x1p-8 : 0x1p-11) + (dtype_is_quantized(t) ? 0x1p-11 : 0.0);
     }
     const std::vector<double> ref =
-        matmul_reference(c.host(x), w_values, offsets, m, n, k, atol, int8_x, input_rounding);
+        matmul_reference(c.host(x), w_values, offsets, m, n, k, atol, x_rounding, input_rounding);
     c.expect_near(out, ref, Tolerance{atol, 0.0});
   }});
 }
@@ -270,7 +278,7 @@ ONEPASS_OP_CASES(matmul) {
         ops::matmul(c.session(), x, w, out);
         c.run();
         double atol = 0;
-        const std::vector<double> ref = matmul_reference(c.host(x), w_values, offsets, 1, kN, kK, atol, false, 0.0);
+        const std::vector<double> ref = matmul_reference(c.host(x), w_values, offsets, 1, kN, kK, atol, kXF32, 0.0);
         c.expect_near(out, ref, Tolerance{atol, 0.0});
       }});
     }

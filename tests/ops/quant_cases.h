@@ -17,10 +17,25 @@ const std::vector<DType>& weight_types();
 TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<double>& values,
                         std::vector<double>& offsets, bool random_bits);
 
+/// How a kernel rounds x before its integer dot products: to signed integers of at most
+/// `levels` per `group` values, with a step of the group's largest |x| / levels. levels 0:
+/// x stays f32.
+struct XRounding {
+  int64_t group = 0;
+  double levels = 0;
+};
+inline constexpr XRounding kXF32{};
+inline constexpr XRounding kXInt8PerBlock{32, 127};      // CUDA matrix-vector, block formats
+inline constexpr XRounding kXInt16PerGroup{256, 32767};  // CPU avx512_vnni: q4_0, q4_1, q8_0
+
+/// The rounding of x by `backend`'s matrix-vector kernels (m <= ops::kMatmulMvMaxRows) for
+/// weights of type t.
+XRounding mv_x_rounding(const Backend& backend, DType t);
+
 /// Float64 reference of x·wᵀ and its tolerance `atol` (see cases_matmul.cpp).
 std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
                                      const std::vector<double>& offsets, int64_t m, int64_t n,
-                                     int64_t k, double& atol, bool int8_x = false,
+                                     int64_t k, double& atol, XRounding x_rounding = kXF32,
                                      double input_rounding = 0);
 
 }  // namespace onepass::testing::quant_cases

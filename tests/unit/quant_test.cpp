@@ -559,15 +559,33 @@ TEST(Affine, RoundTripWithinHalfAStep) {
 
 // --- CPU row kernels, portable and AVX2, against float64 -----------------------------------
 
+double dot_tolerance(const float* x, const float* w, const float* offsets, int64_t k, double& ref);
+
+// What rounding x to int16 per cpu::kXInt16Group values (XInt16) adds to |out - Σ x·w|:
+// Σ_groups step/2 · Σ |w - o| with step = the group's largest |x| / 32767 (the additive
+// terms o use exact sums of x).
+double x_int16_rounding(const float* x, const float* w, const float* offsets, int64_t k) {
+  double total = 0;
+  for (int64_t g = 0; g < k; g += cpu::kXInt16Group) {
+    double amax = 0, weight = 0;
+    for (int64_t j = g; j < std::min(k, g + cpu::kXInt16Group); ++j) {
+      amax = std::max(amax, static_cast<double>(std::fabs(x[j])));
+      weight += std::fabs(static_cast<double>(w[j]) - offsets[j]);
+    }
+    total += amax / 32767.0 / 2.0 * weight;
+  }
+  return total;
+}
+
 TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
   std::vector<cpu::Isa> isas = {cpu::Isa::portable};
-  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_vnni}) {
     if (cpu::isa_supported(isa)) isas.push_back(isa);
   }
-  const char* isa_names[] = {"portable", "avx2", "avx512"};
+  const char* isa_names[] = {"portable", "avx2", "avx512", "avx512_vnni"};
   for (DType t : kWeightTypes) {
     const int64_t k = dtype_is_quantized(t) ? 768 : 333;
     const std::vector<float> source = uniform(static_cast<size_t>(k), rng);
@@ -606,6 +624,20 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
           ASSERT_NEAR(out[i * 2], scaled + offset, atol) << rows << " rows, row " << i;
           ASSERT_EQ(out[i * 2 + 1], -1.0f) << "wrote between output rows";
         }
+        if (kernels.dot_int16 == nullptr) continue;
+        // The integer kernels, with x rounded to int16 per 256 values: each x off by at most
+        // half a step (largest |x| of its group / 32767), and the f32 tolerance on top.
+        const cpu::XInt16 xi =
+            cpu::round_x_int16(x.data(), x_stride, rows, k, kernels.int16_block_sums);
+        std::vector<float> out16(static_cast<size_t>(rows * 2), -1.0f);
+        kernels.dot_int16(row.data(), xi, rows, out16.data(), 2);
+        for (int64_t i = 0; i < rows; ++i) {
+          double ref = 0;
+          double atol = dot_tolerance(&x[i * x_stride], w.data(), offsets.data(), k, ref);
+          atol += x_int16_rounding(&x[i * x_stride], w.data(), offsets.data(), k);
+          ASSERT_NEAR(out16[i * 2], ref, atol) << "int16 x, " << rows << " rows, row " << i;
+          ASSERT_EQ(out16[i * 2 + 1], -1.0f) << "wrote between output rows";
+        }
       }
     }
   }
@@ -641,8 +673,9 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
     tensor.view.write(data, tensor.span_bytes());
     return tensor;
   };
-  const char* names[] = {"portable", "avx2", "avx512"};
-  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
+  const char* names[] = {"portable", "avx2", "avx512", "avx512_vnni"};
+  for (cpu::Isa isa :
+       {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_vnni}) {
     if (!cpu::isa_supported(isa)) continue;
     cpu::set_active_isa(isa);
     SCOPED_TRACE(names[static_cast<int>(isa)]);
@@ -652,6 +685,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
       const std::vector<uint8_t> wq = quantized(t, uniform(static_cast<size_t>(n * k), rng));
       const std::vector<float> w = dequantized(t, wq);
       const std::vector<float> offsets = block_offsets(t, wq);
+      const bool int16_x = cpu::row_kernels(t, isa).dot_int16 != nullptr;
       for (int64_t m : {int64_t{3}, int64_t{17}}) {
         SCOPED_TRACE(cat(dtype_name(t), " M ", m));
         const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
@@ -665,7 +699,10 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
             double ref = 0;
-            const double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
+            double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
+            if (int16_x && m <= ops::kMatmulMvMaxRows) {
+              tol += x_int16_rounding(&x[i * k], &w[j * k], &offsets[j * k], k);
+            }
             ASSERT_NEAR(out[i * n + j], ref, tol) << "out[" << i << ", " << j << "]";
           }
         }

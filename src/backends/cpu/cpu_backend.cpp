@@ -306,6 +306,7 @@ CpuBackend::CpuBackend(const Options& options)
     case Isa::portable: info_.isa = "portable"; break;
     case Isa::avx2: info_.isa = "avx2"; break;
     case Isa::avx512: info_.isa = "avx512"; break;
+    case Isa::avx512_vnni: info_.isa = "avx512_vnni"; break;
   }
   struct sysinfo si {};
   if (sysinfo(&si) == 0) info_.total_memory = static_cast<size_t>(si.totalram) * si.mem_unit;

@@ -249,7 +249,7 @@ void mv_affine(const void* raw, const LaunchDims&, uint64_t first, uint64_t end)
     for (int64_t n = n0; n < n1; ++n) {
       const typename A::Row r = A::row(a, n);
 #if ONEPASS_CPU_X86
-      if (isa == Isa::avx512) {
+      if (isa >= Isa::avx512) {
         avx512::dot_rows<kBits, kGroup, S>(r, a.x, a.x_stride, a.m, a.k, a.out + n, a.out_stride);
         continue;
       }

@@ -11,9 +11,11 @@
 namespace onepass::cpu {
 
 enum class Isa : uint8_t {
-  portable,  // plain C++ the compiler may vectorise for the baseline ISA
-  avx2,      // AVX2 + FMA + F16C
-  avx512,    // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats)
+  portable,     // plain C++ the compiler may vectorise for the baseline ISA
+  avx2,         // AVX2 + FMA + F16C
+  avx512,       // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats)
+  avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: q4_0, q4_1 and q8_0 matrix-vector
+                // products dot 16-bit integer x with integer weights (XInt16)
 };
 
 /// The widest Isa this CPU supports (checked once).
@@ -36,9 +38,37 @@ using DotRowsFn = void (*)(const void* w_row, const float* x, int64_t x_stride, 
 /// dst[j] = w_row[j] as f32 for j < k.
 using DecodeRowFn = void (*)(const void* w_row, int64_t k, float* dst);
 
+/// Rows of x rounded to 16-bit integers for the integer row kernels. Value j of row i is
+/// about q[i * k + j] · group_scale[i * groups + j / kXInt16Group], off by at most half a
+/// step, the step being the group's largest |x| / 32767 (so relative to that largest value
+/// the error is at most 2^-16); block_sum[i * k / 32 + j / 32] is the f32 sum of the
+/// row's unrounded values of j's 32-value block (for the additive term of q4_1).
+/// k is a multiple of 32; groups = ceil(k / kXInt16Group).
+struct XInt16 {
+  const int16_t* q = nullptr;
+  const float* group_scale = nullptr;
+  const float* block_sum = nullptr;  // null unless asked for
+  int64_t k = 0;
+  int64_t groups = 0;
+};
+inline constexpr int64_t kXInt16Group = 256;
+
+/// Rounds m rows of k values of x (k a multiple of 32) into a per-thread buffer (valid until
+/// the thread's next call), with block sums when `block_sums` is set.
+XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums);
+
+/// out[i * out_stride] = Σ_j x_i[j] · w_row[j] for i < m with x rounded as XInt16 says;
+/// f32 accumulation of exact integer block products.
+using DotRowsInt16Fn = void (*)(const void* w_row, const XInt16& x, int64_t m, float* out,
+                                int64_t out_stride);
+
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
+  // Set where integer x is faster (Isa::avx512_vnni, 32-value block formats): the
+  // matrix-vector kernels then use it in place of `dot`; x needs block sums when set.
+  DotRowsInt16Fn dot_int16 = nullptr;
+  bool int16_block_sums = false;
 };
 
 /// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.
@@ -56,14 +86,15 @@ void gemm_rows_f32(const float* const* x_rows, int64_t m, const float* w, int64_
 extern const float* const kHalfToFloat;
 
 /// A per-thread f32 buffer of at least `count` values, 64-byte aligned (reused across
-/// calls; its contents do not survive a call asking for more).
-float* thread_scratch(int64_t count);
+/// calls; its contents do not survive a call asking for more). Slot 0 holds decoded weight
+/// tiles and the fused products' normalised x, slot 1 the rounded x of round_x_int16.
+inline constexpr int kThreadScratchSlots = 2;
+float* thread_scratch(int64_t count, int slot = 0);
 
 /// The weight types of matmul, matmul_id and embedding, in registration order.
-inline constexpr DType kMatmulWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16,
-                                               DType::q4_0, DType::q4_1, DType::q8_0,
-                                               DType::q4_k, DType::q5_k, DType::q6_k,
-                                               DType::q5_0, DType::q5_1, DType::q2_k,
-                                               DType::q3_k, DType::iq4_nl, DType::iq4_xs};
+inline constexpr DType kMatmulWeightTypes[] = {
+    DType::f32,  DType::f16,  DType::bf16, DType::q4_0,   DType::q4_1,
+    DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k,   DType::q5_0,
+    DType::q5_1, DType::q2_k, DType::q3_k, DType::iq4_nl, DType::iq4_xs};
 
 }  // namespace onepass::cpu

@@ -110,35 +110,15 @@ struct Q8_0 {
 }  // namespace
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
-#endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
 
 RowKernels block32_row_kernels(DType w, Isa isa) {
-#if ONEPASS_CPU_X86
-  using avx2::Avx2;
-  using avx2::ScaledBlocks;
-  using avx512::Avx512;
-  using avx512::WeightBlocks;
-  const bool wide = isa == Isa::avx512;
-  switch (w) {
-    case DType::q4_0:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::Q4_0>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtQ4_0>>();
-    case DType::q4_1:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::Q4_1>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtQ4_1>>();
-    case DType::q8_0:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::Q8_0>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtQ8_0>>();
-    default:
-      break;
-  }
-#else
-  (void)w;
-  (void)isa;
-#endif
-  return {};
+  return pick_row_kernels(w, isa,
+                          {block_rows<DType::q4_0, avx512::Q4_0, avx2::FmtQ4_0>(),
+                           block_rows<DType::q4_1, avx512::Q4_1, avx2::FmtQ4_1>(),
+                           block_rows<DType::q8_0, avx512::Q8_0, avx2::FmtQ8_0>()});
 }
 
 }  // namespace onepass::cpu
+#endif  // ONEPASS_CPU_X86

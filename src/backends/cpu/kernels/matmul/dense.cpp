@@ -13,7 +13,7 @@ RowKernels dense_row_kernels(DType w, Isa isa) {
       if (W != w) return;
       if (isa == Isa::avx2) {
         kernels = avx2::row_kernels_of<avx2::Avx2, avx2::Dense<avx2::Avx2, W>>();
-      } else if (isa == Isa::avx512) {
+      } else if (isa >= Isa::avx512) {
         kernels = avx512::row_kernels_of<avx512::Avx512, avx512::Dense<avx512::Avx512, W>>();
       }
     }

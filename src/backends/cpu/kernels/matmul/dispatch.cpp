@@ -32,16 +32,21 @@ bool isa_supported(Isa isa) {
 #endif
   }();
   static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
-  return isa == Isa::portable || (isa == Isa::avx2 && avx2) || (isa == Isa::avx512 && avx512);
+  static const bool avx512_vnni =
+      avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("gfni");
+  return isa == Isa::portable || (isa == Isa::avx2 && avx2) || (isa == Isa::avx512 && avx512) ||
+         (isa == Isa::avx512_vnni && avx512_vnni);
 #else
   return isa == Isa::portable;
 #endif
 }
 
 Isa best_isa() {
-  static const Isa isa = isa_supported(Isa::avx512) ? Isa::avx512
-                         : isa_supported(Isa::avx2) ? Isa::avx2
-                                                    : Isa::portable;
+  static const Isa isa = isa_supported(Isa::avx512_vnni) ? Isa::avx512_vnni
+                         : isa_supported(Isa::avx512)    ? Isa::avx512
+                         : isa_supported(Isa::avx2)      ? Isa::avx2
+                                                         : Isa::portable;
   return isa;
 }
 
@@ -51,9 +56,12 @@ Isa initial_isa() {
   Isa isa = best_isa();
   if (const char* cap = std::getenv("ONEPASS_CPU_ISA")) {
     const std::string_view v(cap);
-    const Isa wanted = v == "portable" ? Isa::portable : v == "avx2" ? Isa::avx2 : Isa::avx512;
-    check(v == "portable" || v == "avx2" || v == "avx512", "cpu",
-          "ONEPASS_CPU_ISA must be portable, avx2 or avx512, got '", v, "'");
+    const Isa wanted = v == "portable" ? Isa::portable
+                       : v == "avx2"   ? Isa::avx2
+                       : v == "avx512" ? Isa::avx512
+                                       : Isa::avx512_vnni;
+    check(v == "portable" || v == "avx2" || v == "avx512" || v == "avx512_vnni", "cpu",
+          "ONEPASS_CPU_ISA must be portable, avx2, avx512 or avx512_vnni, got '", v, "'");
     isa = std::min(isa, wanted);
   }
   return isa;
@@ -74,11 +82,15 @@ KernelTable make_table(Isa isa) {
     RowKernels kernels = portable_row_kernels(w);
 #if ONEPASS_CPU_X86
     if (isa != Isa::portable) {
-      for (auto family : {dense_row_kernels, block32_row_kernels, kquant_row_kernels, q5_blocks_row_kernels,
-                          iq4_row_kernels, kquant_low_row_kernels}) {
+      for (auto family : {dense_row_kernels, block32_row_kernels, kquant_row_kernels,
+                          q5_blocks_row_kernels, iq4_row_kernels, kquant_low_row_kernels}) {
         const RowKernels simd = family(w, isa);
         if (simd.dot != nullptr) kernels = simd;
       }
+    }
+    if (isa == Isa::avx512_vnni) {
+      kernels.dot_int16 = block32_int16_dot(w);
+      kernels.int16_block_sums = w == DType::q4_1;
     }
 #else
     (void)isa;
@@ -102,7 +114,7 @@ void set_active_isa(Isa isa) {
 
 const RowKernels& row_kernels(DType weight_type, Isa isa) {
   static const KernelTable tables[] = {make_table(Isa::portable), make_table(Isa::avx2),
-                                       make_table(Isa::avx512)};
+                                       make_table(Isa::avx512), make_table(Isa::avx512_vnni)};
   check(isa_supported(isa), "cpu", "row kernels for an instruction set this CPU lacks");
   const RowKernels& k = tables[static_cast<size_t>(isa)][static_cast<size_t>(weight_type)];
   check(k.dot != nullptr, "cpu", "no matmul row kernels for weight type ", dtype_name(weight_type));

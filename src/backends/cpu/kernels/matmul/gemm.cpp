@@ -106,13 +106,16 @@ void gemm_rows_f32(const float* const* x_rows, int64_t m, const float* w, int64_
 // 64-byte aligned: the SIMD row kernels read x (the fused products' normalised x lives
 // here) in 64-byte vectors, and one that straddles two cache lines costs two loads (16-byte
 // aligned x made a q4_1 / q8_0 matrix-vector product ~6% slower on Zen 4).
-float* thread_scratch(int64_t count) {
+float* thread_scratch(int64_t count, int slot) {
   constexpr size_t kLine = 64;
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
-  thread_local std::unique_ptr<float, Free> buffer;
-  thread_local int64_t capacity = 0;
+  thread_local std::unique_ptr<float, Free> buffers[kThreadScratchSlots];
+  thread_local int64_t capacities[kThreadScratchSlots] = {};
+  check(slot >= 0 && slot < kThreadScratchSlots, "cpu", "no thread scratch slot ", slot);
+  std::unique_ptr<float, Free>& buffer = buffers[slot];
+  int64_t& capacity = capacities[slot];
   if (capacity < count) {
     const size_t bytes = (static_cast<size_t>(count) * sizeof(float) + kLine - 1) / kLine * kLine;
     auto* grown = static_cast<float*>(std::aligned_alloc(kLine, bytes));

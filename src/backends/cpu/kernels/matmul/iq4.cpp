@@ -106,32 +106,14 @@ struct IQ4_XS {
 }  // namespace
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
-#endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
 
 RowKernels iq4_row_kernels(DType w, Isa isa) {
-#if ONEPASS_CPU_X86
-  using avx2::Avx2;
-  using avx2::ScaledBlocks;
-  using avx512::Avx512;
-  using avx512::WeightBlocks;
-  const bool wide = isa == Isa::avx512;
-  switch (w) {
-    case DType::iq4_nl:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::IQ4_NL>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtIQ4_NL>>();
-    case DType::iq4_xs:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::IQ4_XS>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtIQ4_XS>>();
-    default:
-      break;
-  }
-#else
-  (void)w;
-  (void)isa;
-#endif
-  return {};
+  return pick_row_kernels(w, isa,
+                          {block_rows<DType::iq4_nl, avx512::IQ4_NL, avx2::FmtIQ4_NL>(),
+                           block_rows<DType::iq4_xs, avx512::IQ4_XS, avx2::FmtIQ4_XS>()});
 }
 
 }  // namespace onepass::cpu
+#endif  // ONEPASS_CPU_X86

@@ -141,36 +141,22 @@ struct Q4_K {
 }  // namespace
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
-#endif  // ONEPASS_CPU_X86
-
 namespace onepass::cpu {
 
 RowKernels kquant_row_kernels(DType w, Isa isa) {
-#if ONEPASS_CPU_X86
-  using avx2::Avx2;
-  using avx2::ScaledBlocks;
-  switch (w) {
-    case DType::q4_k:
-      if (isa == Isa::avx512) {
-        using avx512::Avx512;
-        return avx512::row_kernels_of<Avx512, avx512::WeightBlocks<Avx512, avx512::Q4_K>>();
-      }
-      return avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtKAsym<false>>>();
-    // q5_k and q6_k spend their time assembling values from bit fields, which the 256-bit
-    // code spreads over three ports on Intel cores against two for 512-bit code: the AVX2
-    // kernels are as fast on Zen 4 and faster on Sapphire Rapids, so both sets use them.
-    case DType::q5_k:
-      return avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtKAsym<true>>>();
-    case DType::q6_k:
-      return avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtQ6_K>>();
-    default:
-      break;
-  }
-#else
-  (void)w;
-  (void)isa;
-#endif
-  return {};
+  // q5_k and q6_k spend their time assembling values from bit fields, which the 256-bit
+  // code spreads over three ports on Intel cores against two for 512-bit code: the AVX2
+  // kernels are as fast on Zen 4 and faster on Sapphire Rapids, so both sets use them.
+  const RowKernels q5_k = avx2::scaled_block_kernels<avx2::FmtKAsym<true>>();
+  const RowKernels q6_k = avx2::scaled_block_kernels<avx2::FmtQ6_K>();
+  return pick_row_kernels(w, isa,
+                          {
+                              {DType::q4_k, avx512::weight_block_kernels<avx512::Q4_K>(),
+                               avx2::scaled_block_kernels<avx2::FmtKAsym<false>>()},
+                              {DType::q5_k, q5_k, q5_k},
+                              {DType::q6_k, q6_k, q6_k},
+                          });
 }
 
 }  // namespace onepass::cpu
+#endif  // ONEPASS_CPU_X86

@@ -50,7 +50,8 @@ struct Q2_K {
         const int sub = 8 * g + 2 * s;  // the 16-value sub-block of v[0] and v[1]
         __m256 w[4];
         for (int j = 0; j < 4; ++j) {
-          w[j] = _mm256_fmadd_ps(_mm256_set1_ps(scale[sub + j / 2]), v[j], _mm256_set1_ps(offset[sub + j / 2]));
+          w[j] = _mm256_fmadd_ps(_mm256_set1_ps(scale[sub + j / 2]), v[j],
+                                 _mm256_set1_ps(offset[sub + j / 2]));
         }
         if (s % 2 == 0) {
           f(Set<0>{}, 4 * g + s, w);
@@ -152,7 +153,8 @@ struct Q3_K {
         const int bit = 4 * g + s;
         auto weights = [&](__m512i q, __m512i h, int i) {
           const __m512i low = _mm512_and_epi32(_mm512_srli_epi32(q, 2 * s), m2);
-          const __m512i high = _mm512_slli_epi32(_mm512_and_epi32(_mm512_srli_epi32(h, bit), one), 2);
+          const __m512i high =
+              _mm512_slli_epi32(_mm512_and_epi32(_mm512_srli_epi32(h, bit), one), 2);
           const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_epi32(low, high), four));
           return _mm512_mul_ps(_mm512_set1_ps(scale[i]), v);
         };
@@ -170,30 +172,18 @@ struct Q3_K {
 }  // namespace
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
-#endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
 
 RowKernels kquant_low_row_kernels(DType w, Isa isa) {
-#if ONEPASS_CPU_X86
-  using avx2::Avx2;
-  using avx512::Avx512;
-  const bool wide = isa == Isa::avx512;
-  switch (w) {
-    case DType::q2_k:
-      return wide ? avx512::row_kernels_of<Avx512, avx512::WeightBlocks<Avx512, avx512::Q2_K>>()
-                  : avx2::row_kernels_of<Avx2, avx2::WeightBlocks<Avx2, avx2::Q2_K>>();
-    case DType::q3_k:
-      return wide ? avx512::row_kernels_of<Avx512, avx512::WeightBlocks<Avx512, avx512::Q3_K>>()
-                  : avx2::row_kernels_of<Avx2, avx2::WeightBlocks<Avx2, avx2::Q3_K>>();
-    default:
-      break;
-  }
-#else
-  (void)w;
-  (void)isa;
-#endif
-  return {};
+  return pick_row_kernels(w, isa,
+                          {
+                              {DType::q2_k, avx512::weight_block_kernels<avx512::Q2_K>(),
+                               avx2::weight_block_kernels<avx2::Q2_K>()},
+                              {DType::q3_k, avx512::weight_block_kernels<avx512::Q3_K>(),
+                               avx2::weight_block_kernels<avx2::Q3_K>()},
+                          });
 }
 
 }  // namespace onepass::cpu
+#endif  // ONEPASS_CPU_X86

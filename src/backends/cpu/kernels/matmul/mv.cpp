@@ -12,13 +12,13 @@ namespace {
 template <DType W>
 void mv(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   const auto& a = *static_cast<const ops::MatmulArgs*>(raw);
-  const DotRowsFn dot = row_kernels(W, active_isa()).dot;
+  const RowDots dot(W, active_isa(), a.x, a.x_stride, a.m, a.k);
   const auto* w = static_cast<const uint8_t*>(a.w);
   for (uint64_t b = first; b < end; ++b) {
     const int64_t n0 = static_cast<int64_t>(b) * kCpuMvRowsPerBlock;
     const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
     for (int64_t n = n0; n < n1; ++n) {
-      dot(w + n * a.w_row_bytes, a.x, a.x_stride, a.m, a.k, a.out + n, a.out_stride);
+      dot(w + n * a.w_row_bytes, a.out + n, a.out_stride);
     }
   }
 }

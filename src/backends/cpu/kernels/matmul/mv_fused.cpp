@@ -17,9 +17,15 @@ namespace {
 
 void store_value(void* cache, DType type, int64_t index, float value) {
   switch (type) {
-    case DType::f16: static_cast<uint16_t*>(cache)[index] = Elem<DType::f16>::store(value); break;
-    case DType::bf16: static_cast<uint16_t*>(cache)[index] = Elem<DType::bf16>::store(value); break;
-    default: static_cast<float*>(cache)[index] = value; break;
+    case DType::f16:
+      static_cast<uint16_t*>(cache)[index] = Elem<DType::f16>::store(value);
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(cache)[index] = Elem<DType::bf16>::store(value);
+      break;
+    default:
+      static_cast<float*>(cache)[index] = value;
+      break;
   }
 }
 
@@ -27,8 +33,8 @@ void store_value(void* cache, DType type, int64_t index, float value) {
 // holds them): q rotated in place, k and v left as computed in out, the rotated k and v
 // stored to the caches. Blocks start at even outputs, so each RoPE pair (2i, 2i + 1) of a
 // head lies in one block.
-void rope_epilogue(const ops::FusedMatvecArgs& f, int64_t n0, int64_t n1, const float* values, const float* cos_sin,
-                   int32_t position) {
+void rope_epilogue(const ops::FusedMatvecArgs& f, int64_t n0, int64_t n1, const float* values,
+                   const float* cos_sin, int32_t position) {
   const ops::MatvecRope& r = f.rope;
   const int64_t hd = r.head_dim;
   const int64_t q_dim = r.n_head * hd;
@@ -68,7 +74,6 @@ template <DType W>
 void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   const auto& f = *static_cast<const ops::FusedMatvecArgs*>(raw);
   const ops::MatmulArgs& a = f.mm;
-  const DotRowsFn dot = row_kernels(W, active_isa()).dot;
   const auto* w = static_cast<const uint8_t*>(a.w);
   const float* x = a.x;
   int64_t x_stride = a.x_stride;
@@ -86,6 +91,7 @@ void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) 
     x = xn;
     x_stride = a.k;
   }
+  const RowDots dot(W, active_isa(), x, x_stride, a.m, a.k);
   // RoPE: the token's (cos, sin) per pair, once per call.
   const bool rope = f.rope.positions != nullptr;
   thread_local std::vector<float> cos_sin;
@@ -112,13 +118,13 @@ void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) 
     const int64_t n0 = static_cast<int64_t>(b) * kCpuMvRowsPerBlock;
     const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
     for (int64_t n = n0; n < n1; ++n) {
-      dot(w + n * a.w_row_bytes, x, x_stride, a.m, a.k, product, 1);
+      dot(w + n * a.w_row_bytes, product, 1);
       if (rope) {
         block_values[n - n0] = product[0];
         continue;
       }
       if (f.silu != 0) {
-        dot(w + (n + a.n) * a.w_row_bytes, x, x_stride, a.m, a.k, up, 1);
+        dot(w + (n + a.n) * a.w_row_bytes, up, 1);
         for (int64_t i = 0; i < a.m; ++i) product[i] = (f.gelu != 0 ? gelu(product[i]) : silu(product[i])) * up[i];
       }
       for (int64_t i = 0; i < a.m; ++i) {

@@ -19,12 +19,13 @@ inline __m256i five_bit_values(const uint8_t* qh, const uint8_t* qs) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
   // Byte j of `spread` is byte j / 8 of bits; testing bit j % 8 of it gives value j's bit.
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                             0x0202020202020202, 0x0303030303030303));
   const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
-  const __m256i fifth =
-      _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), _mm256_set1_epi8(0x10));
+  const __m256i fifth = _mm256_and_si256(
+      _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), _mm256_set1_epi8(0x10));
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0xF);
   const __m256i nibbles =
@@ -72,10 +73,13 @@ inline void five_bit_weights(const uint8_t* qh, const uint8_t* qs, __m512 low, _
   const __m512i idx = bytes_u32(qs);
   const __m512i sixteen = _mm512_set1_epi32(16);
   const __m512i lo_nibble = _mm512_and_epi32(idx, _mm512_set1_epi32(0xF));
-  const __m512i lo = _mm512_mask_or_epi32(lo_nibble, static_cast<__mmask16>(bits), lo_nibble, sixteen);
+  const __m512i lo =
+      _mm512_mask_or_epi32(lo_nibble, static_cast<__mmask16>(bits), lo_nibble, sixteen);
   const __m512i hi_nibble = _mm512_srli_epi32(idx, 4);
-  const __m512i hi = _mm512_mask_or_epi32(hi_nibble, static_cast<__mmask16>(bits >> 16), hi_nibble, sixteen);
-  const __m512 w[2] = {_mm512_permutex2var_ps(low, lo, high), _mm512_permutex2var_ps(low, hi, high)};
+  const __m512i hi =
+      _mm512_mask_or_epi32(hi_nibble, static_cast<__mmask16>(bits >> 16), hi_nibble, sixteen);
+  const __m512 w[2] = {_mm512_permutex2var_ps(low, lo, high),
+                       _mm512_permutex2var_ps(low, hi, high)};
   f(Set<kSet>{}, 0, w);
 }
 
@@ -85,7 +89,8 @@ struct Q5_0 {
   template <int kSet, typename F>
   static void decode(const uint8_t* b, F&& f) {
     const __m512 d = _mm512_set1_ps(half_at(b));  // d * (q - 16)
-    five_bit_weights<kSet>(b + 2, b + 6, _mm512_mul_ps(d, iota16(-16.0f)), _mm512_mul_ps(d, iota16(0.0f)), f);
+    five_bit_weights<kSet>(b + 2, b + 6, _mm512_mul_ps(d, iota16(-16.0f)),
+                           _mm512_mul_ps(d, iota16(0.0f)), f);
   }
 };
 
@@ -96,40 +101,22 @@ struct Q5_1 {
   static void decode(const uint8_t* b, F&& f) {
     const __m512 d = _mm512_set1_ps(half_at(b));  // d * q + m
     const __m512 m = _mm512_set1_ps(half_at(b + 2));
-    five_bit_weights<kSet>(b + 4, b + 8, _mm512_fmadd_ps(d, iota16(0.0f), m), _mm512_fmadd_ps(d, iota16(16.0f), m),
-                           f);
+    five_bit_weights<kSet>(b + 4, b + 8, _mm512_fmadd_ps(d, iota16(0.0f), m),
+                           _mm512_fmadd_ps(d, iota16(16.0f), m), f);
   }
 };
 
 }  // namespace
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
-#endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
 
 RowKernels q5_blocks_row_kernels(DType w, Isa isa) {
-#if ONEPASS_CPU_X86
-  using avx2::Avx2;
-  using avx2::ScaledBlocks;
-  using avx512::Avx512;
-  using avx512::WeightBlocks;
-  const bool wide = isa == Isa::avx512;
-  switch (w) {
-    case DType::q5_0:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::Q5_0>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtQ5_0>>();
-    case DType::q5_1:
-      return wide ? avx512::row_kernels_of<Avx512, WeightBlocks<Avx512, avx512::Q5_1>>()
-                  : avx2::row_kernels_of<Avx2, ScaledBlocks<Avx2, avx2::FmtQ5_1>>();
-    default:
-      break;
-  }
-#else
-  (void)w;
-  (void)isa;
-#endif
-  return {};
+  return pick_row_kernels(w, isa,
+                          {block_rows<DType::q5_0, avx512::Q5_0, avx2::FmtQ5_0>(),
+                           block_rows<DType::q5_1, avx512::Q5_1, avx2::FmtQ5_1>()});
 }
 
 }  // namespace onepass::cpu
+#endif  // ONEPASS_CPU_X86

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <utility>
 
 #include "../quant_blocks.h"
@@ -23,16 +24,63 @@ void for_each_weight_type(F&& f) {
   for_each_weight_type_at(f, std::make_index_sequence<std::size(kMatmulWeightTypes)>{});
 }
 
+/// One weight type's SIMD row kernels for each x86 instruction set.
+struct SimdRowKernels {
+  DType type;
+  RowKernels avx512;
+  RowKernels avx2;
+};
+
+/// The kernels of the entry for `w`, for isa = avx2 or avx512; empty (null) when no entry
+/// is for `w`.
+inline RowKernels pick_row_kernels(DType w, Isa isa,
+                                   std::initializer_list<SimdRowKernels> entries) {
+  for (const SimdRowKernels& e : entries) {
+    if (e.type == w) return isa >= Isa::avx512 ? e.avx512 : e.avx2;
+  }
+  return {};
+}
+
 // Row kernels of `w` in the portable version (portable.cpp).
 RowKernels portable_row_kernels(DType w);
-// Row kernels of `w` for isa = avx2 or avx512 on x86-64; empty (null) when the family does
-// not hold `w`.
-RowKernels dense_row_kernels(DType w, Isa isa);    // f32, f16, bf16 (dense.cpp)
-RowKernels block32_row_kernels(DType w, Isa isa);  // q4_0, q4_1, q8_0 (block32.cpp)
-RowKernels kquant_row_kernels(DType w, Isa isa);   // q4_k, q5_k, q6_k (kquant.cpp)
-RowKernels q5_blocks_row_kernels(DType w, Isa isa);  // q5_0, q5_1 (q5_blocks.cpp)
-RowKernels iq4_row_kernels(DType w, Isa isa);        // iq4_nl, iq4_xs (iq4.cpp)
-RowKernels kquant_low_row_kernels(DType w, Isa isa); // q2_k, q3_k (kquant_low.cpp)
+// Row kernels of `w` for isa = avx2 or avx512, used on x86-64 only; empty (null) when the
+// family does not hold `w`.
+RowKernels dense_row_kernels(DType w, Isa isa);       // f32, f16, bf16 (dense.cpp)
+RowKernels block32_row_kernels(DType w, Isa isa);     // q4_0, q4_1, q8_0 (block32.cpp)
+RowKernels kquant_row_kernels(DType w, Isa isa);      // q4_k, q5_k, q6_k (kquant.cpp)
+RowKernels q5_blocks_row_kernels(DType w, Isa isa);   // q5_0, q5_1 (q5_blocks.cpp)
+RowKernels iq4_row_kernels(DType w, Isa isa);         // iq4_nl, iq4_xs (iq4.cpp)
+RowKernels kquant_low_row_kernels(DType w, Isa isa);  // q2_k, q3_k (kquant_low.cpp)
+
+// The integer row kernels of `w` for Isa::avx512_vnni (block32_int16.cpp); null for the
+// weight types without them.
+DotRowsInt16Fn block32_int16_dot(DType w);
+
+/// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
+/// (rounded to XInt16 when the weight type has integer row kernels on `isa`), then
+/// dot(w_row, out, out_stride) gives out[i * out_stride] for every row i of x.
+class RowDots {
+ public:
+  RowDots(DType w, Isa isa, const float* x, int64_t x_stride, int64_t m, int64_t k)
+      : kernels_(row_kernels(w, isa)), x_(x), x_stride_(x_stride), m_(m), k_(k) {
+    if (kernels_.dot_int16 != nullptr) {
+      x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums);
+    }
+  }
+  void operator()(const void* w_row, float* out, int64_t out_stride) const {
+    if (kernels_.dot_int16 != nullptr) {
+      kernels_.dot_int16(w_row, x_int16_, m_, out, out_stride);
+    } else {
+      kernels_.dot(w_row, x_, x_stride_, m_, k_, out, out_stride);
+    }
+  }
+
+ private:
+  const RowKernels& kernels_;
+  const float* x_;
+  int64_t x_stride_, m_, k_;
+  XInt16 x_int16_;
+};
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
 /// (mv_fused.cpp).

@@ -20,6 +20,7 @@
 #include "../quant_blocks.h"
 #include "../simd_x86.h"
 #include "onepass/core/dtype.h"
+#include "rows.h"
 
 namespace onepass::cpu {
 
@@ -109,6 +110,17 @@ inline void bytes_to_f32(__m256i bytes, __m256* v) {
 
 #include "simd_rows.inl"
 
+// The row kernels of a block decoder Fmt: one that hands out integer values and scales
+// (ScaledBlocks), or one that hands out the final weights (WeightBlocks).
+template <typename Fmt>
+constexpr RowKernels scaled_block_kernels() {
+  return row_kernels_of<Avx2, ScaledBlocks<Avx2, Fmt>>();
+}
+template <typename Fmt>
+constexpr RowKernels weight_block_kernels() {
+  return row_kernels_of<Avx2, WeightBlocks<Avx2, Fmt>>();
+}
+
 }  // namespace onepass::cpu::avx2
 ONEPASS_AVX2_END
 
@@ -158,6 +170,23 @@ inline __m512i bytes_u32(const uint8_t* p) {
 
 #include "simd_rows.inl"
 
+// The row kernels of a block decoder Fmt that hands out the final weights (WeightBlocks).
+template <typename Fmt>
+constexpr RowKernels weight_block_kernels() {
+  return row_kernels_of<Avx512, WeightBlocks<Avx512, Fmt>>();
+}
+
 }  // namespace onepass::cpu::avx512
 ONEPASS_AVX512_END
+
+namespace onepass::cpu {
+
+/// The row kernels of weight type T for a 32-value block format: the AVX-512 decoder Wide
+/// hands out the final weights, the AVX2 decoder Narrow integer values and scales.
+template <DType T, typename Wide, typename Narrow>
+SimdRowKernels block_rows() {
+  return {T, avx512::weight_block_kernels<Wide>(), avx2::scaled_block_kernels<Narrow>()};
+}
+
+}  // namespace onepass::cpu
 #endif  // ONEPASS_CPU_X86
