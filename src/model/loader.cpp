@@ -112,6 +112,7 @@ class GgufSource final : public ModelSource {
           ": the vocabulary (tokenizer.ggml.tokens) has ", d.tokens.size(),
           " tokens, but the model has ", config_.vocab_size,
           " embedding rows; expected one token per row");
+    file_.release_metadata_pages();  // the vocabulary is copied out: its pages need not stay resident
     return d;
   }
   std::string describe() const override { return file_.source(); }
