@@ -328,6 +328,10 @@ class MlxSource final : public ModelSource {
   std::optional<std::vector<float>> rope_freq_factors() const override { return rope_factors_; }
   std::optional<TokenizerData> tokenizer_data() const override { return std::nullopt; }
   std::string describe() const override { return model_.dir().string() + " (MLX)"; }
+  std::string file_name(std::string_view name) const override {
+    const std::string module = name == "output.weight" && config_.tied_output ? std::string() : hf_name(name);
+    return module.empty() ? std::string(name) : module;
+  }
   void release(const HostTensor& tensor) const override {
     // Only what points into a safetensors mapping: not the expanded embedding or the
     // converted norms, which live in this object.
