@@ -357,12 +357,12 @@ onepass_status onepass_model_load(const char* path, const onepass_model_params* 
 
     auto state = std::make_shared<ModelState>();
     state->source = onepass::model::open_model(file);
-    const std::optional<onepass::model::TokenizerData> vocab = state->source->tokenizer_data();
+    std::optional<onepass::model::TokenizerData> vocab = state->source->tokenizer_data();
     if (!vocab) {
       fail_with(ONEPASS_ERROR_MODEL_LOAD, where, state->source->describe(),
                 " has no vocabulary (tokenizer.ggml.*); the C API needs one");
     }
-    state->tokenizer.emplace(*vocab);
+    state->tokenizer.emplace(std::move(*vocab));
 
     std::shared_ptr<onepass::Backend> backend;
     try {

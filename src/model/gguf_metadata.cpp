@@ -1,5 +1,6 @@
 // GgufFile's metadata and tensor look-ups: typed accessors that name the key, its type and
 // its offset when a value is missing or of the wrong type.
+#include <algorithm>
 #include <limits>
 
 #include "gguf_internal.h"
@@ -7,6 +8,10 @@
 #include "onepass/model/gguf.h"
 
 namespace onepass::model {
+
+void GgufFile::release_metadata_pages() const {
+  if (file_.data() != nullptr) MappedFile::release_pages(file_.data(), std::min<size_t>(data_offset_, file_.size()));
+}
 
 const GgufValue* GgufFile::find(std::string_view key) const {
   const auto it = entry_index_.find(key);

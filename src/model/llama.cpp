@@ -37,7 +37,7 @@ void check_tensors(const ModelSource& source, const LlamaConfig& c) {
   auto expect = [&](const std::string& name, Shape expected, const char* meaning) {
     const HostTensor t = source.require(name);
     const Shape actual = logical_shape(t);
-    check(actual == expected, "model", source.describe(), ": tensor '", name, "' has shape ",
+    check(actual == expected, "model", source.describe(), ": tensor '", source.file_name(name), "' has shape ",
           actual.str(), ", expected ", expected.str(), " ", meaning);
   };
   expect("token_embd.weight", Shape{c.vocab_size, c.hidden}, "[vocab, hidden]");
@@ -176,7 +176,13 @@ LlamaModel::LlamaModel(std::shared_ptr<Backend> backend, const ModelSource& sour
         options_.sequences, " and ", options_.kv_blocks);
   check(options_.kv_type == DType::f16 || options_.kv_type == DType::f32, "model",
         "KV cache type must be f16 or f32, got ", dtype_name(options_.kv_type));
-  load_weights(source);
+  try {
+    load_weights(source);
+  } catch (const Error& e) {
+    // A weight the file gets wrong: name the file, as the checks against the config do.
+    if (e.detail().find(source_name_) != std::string::npos) throw;
+    fail(e.where(), source_name_, ": ", e.detail());
+  }
   warm_up_library();
 }
 
@@ -221,7 +227,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
 
   auto upload = [&](const HostTensor& t) {
     TensorView v = b.alloc_tensor(t.dtype, t.shape);
-    check(t.bytes == v.view.size(), "model", "tensor ", t.name, " has ", t.bytes, " bytes, expected ", v.view.size(),
+    check(t.bytes == v.view.size(), "model", "tensor '", t.name, "' has ", t.bytes, " bytes, expected ", v.view.size(),
           " for ", dtype_name(t.dtype), t.shape.str());
     v.view.write(t.data, t.bytes);
     source.release(t);  // the copy is on the backend: the file's pages need not stay resident
@@ -229,8 +235,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
   };
   auto vector_f32 = [&](const std::string& name, int64_t n) {
     HostTensor t = source.require(name);
-    check(t.dtype == DType::f32 && t.shape.numel() == n, "model", "tensor ", name, " must be f32 with ", n,
-          " values, is ", dtype_name(t.dtype), t.shape.str());
+    check(t.dtype == DType::f32 && t.shape.numel() == n, "model", "tensor '", name, "' is ", dtype_name(t.dtype),
+          t.shape.str(), ", expected f32 with ", n, " values");
     return upload(t).reshaped(Shape{n});
   };
   // Norm weights with the family's offset added (Gemma's HF checkpoints store w - 1).
@@ -251,10 +257,10 @@ void LlamaModel::load_weights(const ModelSource& source) {
     for (const std::string& n : names) parts.push_back(source.require(n));
     int64_t out = 0;
     for (const HostTensor& t : parts) {
-      check(t.shape.ndim() == 2 && t.shape[1] * (t.affine ? 32 / t.affine->bits : 1) == in, "model", "tensor ", t.name,
-            " has shape ", t.shape.str(), ", expected [*, ", in, "]");
+      check(t.shape.ndim() == 2 && t.shape[1] * (t.affine ? 32 / t.affine->bits : 1) == in, "model", "tensor '", t.name,
+            "' has shape ", t.shape.str(), ", expected [*, ", in, "]");
       check(t.dtype == parts[0].dtype && t.affine.has_value() == parts[0].affine.has_value(), "model",
-            "tensors ", parts[0].name, " and ", t.name, " differ in type");
+            "tensors '", parts[0].name, "' and '", t.name, "' differ in type, expected one type");
       out += t.shape[0];
     }
     Linear l;
@@ -287,8 +293,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
       size_t at = 0;
       for (size_t i = 0; i < bias_names.size(); ++i) {
         HostTensor t = source.require(bias_names[i]);
-        check(t.dtype == DType::f32 && t.shape.numel() == parts[i].shape[0], "model", "bias ", t.name,
-              " must be f32 [", parts[i].shape[0], "]");
+        check(t.dtype == DType::f32 && t.shape.numel() == parts[i].shape[0], "model", "bias '", t.name, "' is ",
+              dtype_name(t.dtype), t.shape.str(), ", expected f32 [", parts[i].shape[0], "]");
         l.bias.view.write(t.data, t.bytes, at);
         source.release(t);
         at += t.bytes;
@@ -333,8 +339,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
     weight_bytes_ += token_embd_.span_bytes();
   }
   if (auto factors = source.rope_freq_factors()) {
-    check(static_cast<int64_t>(factors->size()) == c.rope_dims / 2, "model", "rope frequency factors: ",
-          factors->size(), " values, expected ", c.rope_dims / 2);
+    check(static_cast<int64_t>(factors->size()) == c.rope_dims / 2, "model", "tensor 'rope_freqs.weight' has ",
+          factors->size(), " values, expected rope_dims / 2 = ", c.rope_dims / 2);
     rope_factors_ = b.alloc_tensor(DType::f32, Shape{c.rope_dims / 2});
     rope_factors_.view.write(*factors);
   }

@@ -112,6 +112,7 @@ class GgufSource final : public ModelSource {
           ": the vocabulary (tokenizer.ggml.tokens) has ", d.tokens.size(),
           " tokens, but the model has ", config_.vocab_size,
           " embedding rows; expected one token per row");
+    file_.release_metadata_pages();  // the vocabulary is copied out: its pages need not stay resident
     return d;
   }
   std::string describe() const override { return file_.source(); }
@@ -342,6 +343,10 @@ class MlxSource final : public ModelSource {
     return data;
   }
   std::string describe() const override { return model_.dir().string() + " (MLX)"; }
+  std::string file_name(std::string_view name) const override {
+    const std::string module = name == "output.weight" && config_.tied_output ? std::string() : hf_name(name);
+    return module.empty() ? std::string(name) : module;
+  }
   void release(const HostTensor& tensor) const override {
     // Only what points into a safetensors mapping: not the expanded embedding or the
     // converted norms, which live in this object.

@@ -85,7 +85,7 @@ std::string LlamaConfig::describe() const {
 
 HostTensor ModelSource::require(std::string_view name) const {
   std::optional<HostTensor> t = find(name);
-  check(t.has_value(), "model", describe(), " has no tensor '", name, "'");
+  check(t.has_value(), "model", describe(), " has no tensor '", file_name(name), "'");
   return *t;
 }
 

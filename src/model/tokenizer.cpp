@@ -68,6 +68,7 @@ struct Tokenizer::Impl {
     const tokenizer_detail::VocabView view{data, ids, types};
     encoder = data.model == "llama" ? tokenizer_detail::make_spm_encoder(view)
                                     : tokenizer_detail::make_bpe_encoder(view);
+    std::vector<std::string>().swap(data.merges);  // the encoder holds them as id pairs
   }
 
   int32_t vocab_size() const { return static_cast<int32_t>(data.tokens.size()); }

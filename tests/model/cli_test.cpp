@@ -397,6 +397,34 @@ TEST_F(CliTest, UsageErrorsAreOneLineAndExitOne) {
   }
 }
 
+// make-model's errors come from the library's shape, vocabulary and file checks; they speak as
+// the command the user ran, not as the library function that found them.
+TEST_F(CliTest, MakeModelErrorsNameTheCommand) {
+  auto make = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"make-model", "--ffn", "128", "--layers", "1", "--heads", "4", "--type", "f16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args, 120);
+  };
+  const std::string out = (dir_ / "m.gguf").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--hidden", "64", "--vocab", "10", "-o", out}, "[make-model] vocab_size 10 is too small: need 256 byte tokens"},
+           {{"--hidden", "64", "--vocab", "512", "--pre", "klingon", "-o", out}, "[make-model] unknown pre-tokenizer 'klingon'; supported: "},
+           {{"--hidden", "64", "--vocab", "512", "--kv-heads", "3", "--dry-run"}, "[make-model] random-64x1: heads (4) must be a multiple of kv_heads (3)"},
+           {{"--hidden", "66", "--vocab", "512", "--dry-run"}, "[make-model] hidden (66) must be a multiple of heads (4)"},
+           {{"--hidden", "64", "--vocab", "512", "-o", (dir_ / "no" / "such" / "dir.gguf").string()}, "[make-model] cannot create '"}}) {
+    const ToolRun r = make(c.args);
+    SCOPED_TRACE(c.message);
+    EXPECT_EQ(r.status, 1) << r.err;
+    expect_one_error_line(r, c.message);
+    EXPECT_EQ(r.err.rfind(c.message, 0), 0u) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
 // Dimensions past the configuration bounds are refused before any size is computed.
 TEST_F(CliTest, MakeModelDryRunRejectsHugeDimensions) {
   const ToolRun r = run({"make-model", "--hidden", "4294967296", "--ffn", "4294967296", "--layers",

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "onepass/core/error.h"
+#include "onepass/core/half.h"
 #include "onepass/model/gguf.h"
 #include "onepass/model/llama.h"
 #include "onepass/model/loader.h"
@@ -65,6 +66,8 @@ struct TinyGguf {
   std::map<std::string, float> f32;               // extra f32 metadata
   std::map<std::string, std::vector<int64_t>> shapes;  // tensor shape overrides
   std::string nan_tensor;                         // a tensor whose first value is NaN
+  std::map<std::string, DType> types;             // tensor type overrides (f32 or f16)
+  std::map<std::string, std::vector<int64_t>> extra;  // more tensors ("rope_freqs.weight")
   int64_t tokens = -1;                            // vocabulary tokens; -1: none
 };
 
@@ -106,12 +109,17 @@ void write_gguf(const fs::path& path, const TinyGguf& g) {
     tensors.push_back({p + "ffn_down.weight", {g.hidden, g.ffn}});
   }
   tensors.push_back({"output_norm.weight", {g.hidden}});
+  for (const auto& [name, shape] : g.extra) tensors.push_back({name, shape});
+  auto type_of = [&](const std::string& name) {
+    const auto it = g.types.find(name);
+    return it == g.types.end() ? DType::f32 : it->second;
+  };
   for (auto& [name, shape] : tensors) {
     if (auto it = g.shapes.find(name); it != g.shapes.end()) shape = it->second;
     Shape s;
     if (shape.size() == 1) s = Shape{shape[0]};
     if (shape.size() == 2) s = Shape{shape[0], shape[1]};
-    w.add_tensor(name, DType::f32, s);
+    w.add_tensor(name, type_of(name), s);
   }
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-0.1f, 0.1f);
@@ -122,7 +130,13 @@ void write_gguf(const fs::path& path, const TinyGguf& g) {
     const bool norm = shape.size() == 1;
     for (float& v : values) v = norm ? 1.0f : uniform(rng);
     if (name == g.nan_tensor) values[0] = std::numeric_limits<float>::quiet_NaN();
-    w.write_tensor(name, values.data(), n * 4);
+    if (type_of(name) == DType::f16) {
+      std::vector<f16_bits> halves(n);
+      for (size_t i = 0; i < n; ++i) halves[i] = f32_to_f16(values[i]);
+      w.write_tensor(name, halves.data(), n * 2);
+    } else {
+      w.write_tensor(name, values.data(), n * 4);
+    }
   }
   w.finish();
 }
@@ -261,6 +275,22 @@ TEST_F(HostileInputTest, MlxBlocksBeyondTheConfigAreAnError) {
       << message;
 }
 
+// An MLX directory's tensors are named as the directory names them (Hugging Face names), not
+// by the GGUF names the loader looks them up by.
+TEST_F(HostileInputTest, MlxTensorErrorsUseTheDirectorysNames) {
+  auto load_error = [&](const std::map<std::string, std::vector<int64_t>>& tensors) {
+    const fs::path dir = dir_ / cat("mlx", case_++);
+    write_mlx(dir, mlx_config(), tensors);
+    return error_of([&] { load(dir); });
+  };
+  std::string message = load_error({{"model.norm.weight", {64}}});
+  EXPECT_NE(message.find("(MLX) has no tensor 'model.embed_tokens.weight'"), std::string::npos) << message;
+  message = load_error({{"model.embed_tokens.weight", {256, 64}}, {"model.norm.weight", {32}}});
+  EXPECT_NE(message.find("(MLX): tensor 'model.norm.weight' has shape [32], expected [64] [hidden]"),
+            std::string::npos)
+      << message;
+}
+
 TEST_F(HostileInputTest, GgufConfigValuesAreBoundedAndMatchTheTensors) {
   const auto start = std::chrono::steady_clock::now();
   TinyGguf huge;
@@ -316,6 +346,26 @@ TEST_F(HostileInputTest, GgufTensorShapesAreCheckedAgainstTheConfig) {
   embd.u32["llama.vocab_size"] = 300;
   EXPECT_NE(gguf_error(embd).find("'token_embd.weight' has shape [256, 64], expected [300, 64]"),
             std::string::npos);
+}
+
+// Weights that pass the shape checks but not the loader's (a type the layer cannot take,
+// a factor table of the wrong length): the error names the file, the tensor and what was
+// expected, never only the loader's own name.
+TEST_F(HostileInputTest, WeightErrorsNameTheFileAndTheTensor) {
+  TinyGguf norm;
+  norm.types["blk.1.attn_norm.weight"] = DType::f16;
+  std::string message = gguf_error(norm);
+  EXPECT_NE(message.find("[model] " + (dir_ / "m0.gguf").string() +
+                         ": tensor 'blk.1.attn_norm.weight' is f16[64], expected f32 with 64 values"),
+            std::string::npos)
+      << message;
+  TinyGguf factors;
+  factors.extra["rope_freqs.weight"] = {5};
+  message = gguf_error(factors);
+  EXPECT_NE(message.find("[model] " + (dir_ / "m1.gguf").string() +
+                         ": tensor 'rope_freqs.weight' has 5 values, expected rope_dims / 2 = 8"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(HostileInputTest, GgufRopeFactorMustBeFinite) {

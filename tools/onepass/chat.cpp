@@ -56,10 +56,10 @@ int run_chat(const ChatArgs& args) {
   const std::filesystem::path path = resolve_model(args.model, where);
 
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::optional<model::TokenizerData> vocab = source->tokenizer_data();
+  std::optional<model::TokenizerData> vocab = source->tokenizer_data();
   check(vocab.has_value(), where, source->describe(),
         " has no vocabulary (tokenizer.ggml.*); chat needs one");
-  const model::Tokenizer tokenizer(*vocab);
+  const model::Tokenizer tokenizer(std::move(*vocab));  // one copy of the vocabulary, not two
   model::chat_template_of(tokenizer);  // no template: fail before loading the weights
   // The training context, at most 4096 tokens unless -c says otherwise.
   const int64_t context =

@@ -85,10 +85,10 @@ int run_generate(const GenerateArgs& args) {
   }
 
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::optional<model::TokenizerData> vocab = source->tokenizer_data();
+  std::optional<model::TokenizerData> vocab = source->tokenizer_data();
   check(vocab.has_value(), where, source->describe(),
         " has no vocabulary (tokenizer.ggml.*); generate needs one");
-  const model::Tokenizer tokenizer(*vocab);
+  const model::Tokenizer tokenizer(std::move(*vocab));  // one copy of the vocabulary, not two
 
   std::string text = user_text;
   if (args.chat) {

@@ -183,7 +183,14 @@ Command add_make_model_command(CLI::App& parent) {
   app->add_flag("--tensors", args->list_tensors, "List every tensor");
   return {app, [args, tied] {
             args->tied_given = tied->count() > 0;
-            return run_make_model(*args);
+            try {
+              return run_make_model(*args);
+            } catch (const Error& e) {
+              // The library's checks of the shape, the vocabulary and the output speak for
+              // this command: "[make-model] vocab_size 10 is too small ...".
+              if (e.where() == "make-model") throw;
+              fail("make-model", e.detail());
+            }
           }};
 }
 

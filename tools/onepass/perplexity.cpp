@@ -68,9 +68,9 @@ int run_perplexity(const PerplexityArgs& args) {
   const std::string text{std::istreambuf_iterator<char>(text_in), std::istreambuf_iterator<char>()};
   const std::filesystem::path path = resolve_model(args.model, kWhere);
   const std::unique_ptr<model::ModelSource> source = model::open_model(path);
-  const std::optional<model::TokenizerData> vocab_data = source->tokenizer_data();
+  std::optional<model::TokenizerData> vocab_data = source->tokenizer_data();
   check(vocab_data.has_value(), kWhere, source->describe(), " has no vocabulary; perplexity needs one");
-  const model::Tokenizer tokenizer(*vocab_data);
+  const model::Tokenizer tokenizer(std::move(*vocab_data));
   const std::vector<int32_t> tokens = tokenizer.encode(text);
   check(tokens.size() >= 2, kWhere, "the text '", args.text_file, "' has ", tokens.size(),
         " tokens; at least 2 are needed");

@@ -117,6 +117,10 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   /// Bytes of the whole file.
   size_t size() const { return size_; }
+  /// Returns the mapped pages of the metadata section to the OS once its bulk (the
+  /// vocabulary) has been copied out, so they do not stay resident beside the copy. Values
+  /// stay readable (their pages are read back from the file). No effect on a from_memory file.
+  void release_metadata_pages() const;
 
   // --- metadata ---------------------------------------------------------------------
   const std::vector<GgufEntry>& metadata() const { return entries_; }

@@ -137,6 +137,9 @@ class ModelSource {
   virtual std::optional<TokenizerData> tokenizer_data() const { return std::nullopt; }
   /// Human-readable description (path, format).
   virtual std::string describe() const = 0;
+  /// The name the file gives the tensor called `name` here, for messages: the GGUF name
+  /// itself, or an MLX directory's Hugging Face name ("model.norm.weight").
+  virtual std::string file_name(std::string_view name) const { return std::string(name); }
   /// Called once `tensor` (from find) has been copied to the backend: a file-backed source
   /// returns its mapped pages to the OS, so the weights are not resident twice. find()
   /// still works afterwards (the pages are read back from the file).
