@@ -637,7 +637,8 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
     if (c.qk_norm && c.qk_norm_whole) {  // over the whole Q and K of each token, in place
       ops::rms_norm(s, q.reshaped(Shape{n, c.q_dim()}), w.q_norm, q.reshaped(Shape{n, c.q_dim()}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n, c.kv_dim()}), w.k_norm, k.reshaped(Shape{n, c.kv_dim()}), c.norm_eps);
-    } else if (c.qk_norm && !options_.fused_ops) {  // per head, in place (fused: in rope_kv_write)
+    } else if (c.qk_norm && (paged || !options_.fused_ops)) {
+      // Per head, in place (fused: inside rope_kv_write; the paged path has none).
       ops::rms_norm(s, q.reshaped(Shape{n * c.heads, hd}), w.q_norm, q.reshaped(Shape{n * c.heads, hd}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n * c.kv_heads, hd}), w.k_norm, k.reshaped(Shape{n * c.kv_heads, hd}),
                     c.norm_eps);

@@ -948,9 +948,13 @@ TEST_F(LlamaMoeFile, GgufMoeModelsMatchTheReference) {
     o.context = 16;
     o.max_batch = 4;
     o.kv_type = DType::f32;
-    LlamaModel model(testing::cpu_backend(), *src, o);
-    expect_logits_near(model.prefill(std::span(tokens).first(6)), want[5], 1e-5, "prefill");
-    for (size_t t = 6; t < tokens.size(); ++t) expect_logits_near(model.decode(tokens[t]), want[t], 1e-5, cat("decode ", t));
+    auto backend = testing::cpu_backend();
+    // The avx512_vnni path rounds x to int16 per 256 values in the dense q8_0 products (as
+    // LlamaVsReference allows).
+    const double rtol = backend->info().isa == "avx512_vnni" ? 2e-4 : 1e-5;
+    LlamaModel model(backend, *src, o);
+    expect_logits_near(model.prefill(std::span(tokens).first(6)), want[5], rtol, "prefill");
+    for (size_t t = 6; t < tokens.size(); ++t) expect_logits_near(model.decode(tokens[t]), want[t], rtol, cat("decode ", t));
   }
 }
 

@@ -56,7 +56,11 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t tokens, int64_t slots
     double atol = 0;
     // One token on CUDA with block-format weights: x quantized to int8 (mv_id_x8).
     const bool cuda = c.backend().kind() == BackendKind::cuda;
-    const bool int8_x = cuda && dtype_is_quantized(t) && tokens <= ops::kMatmulIdMvMaxTokens;
+    // One token on CUDA with block formats: the decode kernel's 8-bit x blocks (the CPU's
+    // expert products keep f32 x).
+    const quant_cases::XRounding x_rounding = cuda && dtype_is_quantized(t) && tokens <= ops::kMatmulIdMvMaxTokens
+                                                  ? quant_cases::kXInt8PerBlock
+                                                  : quant_cases::kXF32;
     // More tokens on CUDA with block formats, or more than the mv kernels' rows with f16 and
     // bf16: the tensor-core grouped product (mm_id_tc), whose input rounding is the dense
     // tensor-core kernels' (cases_matmul.cpp).
@@ -74,7 +78,7 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t tokens, int64_t slots
       const auto os = offsets.begin() + e * n * k;
       double row_atol = 0;
       const std::vector<double> r = quant_cases::matmul_reference(
-          {xs, xs + k}, {ws, ws + n * k}, {os, os + n * k}, 1, n, k, row_atol, int8_x, input_rounding);
+          {xs, xs + k}, {ws, ws + n * k}, {os, os + n * k}, 1, n, k, row_atol, x_rounding, input_rounding);
       std::copy(r.begin(), r.end(), ref.begin() + p * n);
       atol = std::max(atol, row_atol);
     }
