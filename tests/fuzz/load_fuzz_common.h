@@ -58,11 +58,11 @@ inline void note_error(const Error& e) {
 /// tokenizer over it (encode, decode), then the weights bound to a one-thread CPU backend
 /// and a forward pass over one token. Only onepass::Error may come out.
 inline void use_source(const model::ModelSource& source) {
-  if (const std::optional<TokenizerData> vocab = source.tokenizer_data()) {
-    const Tokenizer tokenizer(*vocab);
+  if (const std::optional<model::TokenizerData> vocab = source.tokenizer_data()) {
+    const model::Tokenizer tokenizer(*vocab);
     const std::vector<int32_t> ids = tokenizer.encode("Hello, world! 123 \xc3\xa9t\xc3\xa9 <s></s>\n\t  x");
     (void)tokenizer.decode(ids);
-    Detokenizer stream(tokenizer);
+    model::Detokenizer stream(tokenizer);
     for (int32_t id = 0; id < tokenizer.vocab_size() && id < 512; ++id) (void)stream.push(id);
     (void)stream.flush();
   }
