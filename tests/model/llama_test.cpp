@@ -323,6 +323,18 @@ void expect_logits_near(std::span<const float> got, const std::vector<double>& w
   }
 }
 
+// Pearson correlation of two backends' logits: near 1 when they differ only by rounding,
+// far below when a wiring error (layout, head mapping, routing) changes them.
+double logit_correlation(std::span<const float> got, std::span<const double> want) {
+  double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+  const double n = static_cast<double>(want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double x = got[i], y = want[i];
+    sx += x; sy += y; sxx += x * x; syy += y * y; sxy += x * y;
+  }
+  return (n * sxy - sx * sy) / std::sqrt((n * sxx - sx * sx) * (n * syy - sy * sy));
+}
+
 std::vector<int32_t> some_tokens(int n, uint64_t seed, int vocab) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -580,6 +592,18 @@ TEST(Llama, BadInputIsAClearError) {
   EXPECT_THROW(make_random_source(bad, DType::f32, 1), Error);
 }
 
+// Prefills 3 tokens into both models, then decodes the rest: the logits of every step are
+// the same bits.
+void expect_same_decode_bits(LlamaModel& a, LlamaModel& b, const std::vector<int32_t>& tokens) {
+  a.prefill(std::span(tokens).first(3));
+  b.prefill(std::span(tokens).first(3));
+  for (size_t t = 3; t < tokens.size(); ++t) {
+    const auto la = a.decode(tokens[t]);
+    const std::vector<float> got(la.begin(), la.end());
+    ASSERT_EQ(std::memcmp(got.data(), b.decode(tokens[t]).data(), got.size() * 4), 0) << "step " << t;
+  }
+}
+
 // The CPU's fused decode step (mv_fused: norm, residual, SiLU x up, RoPE + KV write) does
 // the unfused kernels' arithmetic value for value: the same logits bit for bit, with
 // every fusion of the step applied.
@@ -594,14 +618,7 @@ TEST(Llama, CpuFusedDecodeGraphMatchesUnfusedBitForBit) {
     LoadOptions plain = fused;
     plain.capture.fuse = false;
     LlamaModel a(backend, *src, fused), b(backend, *src, plain);
-    const auto tokens = some_tokens(8, seed, 97);
-    a.prefill(std::span(tokens).first(3));
-    b.prefill(std::span(tokens).first(3));
-    for (size_t t = 3; t < tokens.size(); ++t) {
-      const auto la = a.decode(tokens[t]);
-      const std::vector<float> got(la.begin(), la.end());
-      ASSERT_EQ(std::memcmp(got.data(), b.decode(tokens[t]).data(), got.size() * 4), 0) << "step " << t;
-    }
+    expect_same_decode_bits(a, b, some_tokens(8, seed, 97));
     ASSERT_FALSE(c.rope_neox);
     EXPECT_EQ(a.decode_graph()->stats().fusions, static_cast<uint32_t>(6 * c.layers + 2));
     EXPECT_EQ(b.decode_graph()->stats().fusions, 0u);
@@ -621,14 +638,7 @@ TEST(Llama, CpuFusedDecodeGraphOfTheFamiliesMatchesUnfusedBitForBit) {
     LoadOptions plain = fused;
     plain.capture.fuse = false;
     LlamaModel a(backend, *src, fused), b(backend, *src, plain);
-    const auto tokens = some_tokens(8, seed, 97);
-    a.prefill(std::span(tokens).first(3));
-    b.prefill(std::span(tokens).first(3));
-    for (size_t t = 3; t < tokens.size(); ++t) {
-      const auto la = a.decode(tokens[t]);
-      const std::vector<float> got(la.begin(), la.end());
-      ASSERT_EQ(std::memcmp(got.data(), b.decode(tokens[t]).data(), got.size() * 4), 0) << "step " << t;
-    }
+    expect_same_decode_bits(a, b, some_tokens(8, seed, 97));
     EXPECT_GT(a.decode_graph()->stats().fusions, 0u);
   }
 }
@@ -732,14 +742,7 @@ TEST(Llama, GpuLogitsMatchCpuLogits) {
     const double rtol = quantized ? 6e-2 : 1e-3;
     auto compare = [&](std::span<const float> gpu_logits, const std::vector<double>& cpu_logits, const std::string& what) {
       expect_logits_near(gpu_logits, cpu_logits, rtol, what);
-      double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
-      const double n = static_cast<double>(cpu_logits.size());
-      for (size_t i = 0; i < cpu_logits.size(); ++i) {
-        const double x = gpu_logits[i], y = cpu_logits[i];
-        sx += x; sy += y; sxx += x * x; syy += y * y; sxy += x * y;
-      }
-      const double r = (n * sxy - sx * sy) / std::sqrt((n * sxx - sx * sx) * (n * syy - sy * sy));
-      EXPECT_GT(r, quantized ? 0.995 : 0.99999) << what;
+      EXPECT_GT(logit_correlation(gpu_logits, cpu_logits), quantized ? 0.995 : 0.99999) << what;
     };
     compare(pb, want, "prefill");
     for (int i = 0; i < 5; ++i) {
@@ -1018,19 +1021,13 @@ TEST(LlamaMoe, GpuMatchesCpu) {
       LlamaModel b(make_cuda_backend(0, testing::test_options()), src, o);
       const auto tokens = some_tokens(20, seed, 97);
       const bool exact = type == DType::f16;
-      auto compare = [&](std::span<const float> got, std::span<const float> want, const std::string& what) {
+      auto compare = [&](std::span<const float> got, std::span<const float> want_f32, const std::string& what) {
+        const std::vector<double> want(want_f32.begin(), want_f32.end());
         if (exact) {
-          expect_logits_near(got, std::vector<double>(want.begin(), want.end()), 1e-4, what);
+          expect_logits_near(got, want, 1e-4, what);
           return;
         }
-        double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
-        const double n = static_cast<double>(want.size());
-        for (size_t i = 0; i < want.size(); ++i) {
-          const double x = got[i], y = want[i];
-          sx += x; sy += y; sxx += x * x; syy += y * y; sxy += x * y;
-        }
-        const double r = (n * sxy - sx * sy) / std::sqrt((n * sxx - sx * sx) * (n * syy - sy * sy));
-        EXPECT_GT(r, 0.995) << what;
+        EXPECT_GT(logit_correlation(got, want), 0.995) << what;
       };
       const auto pa = a.prefill(tokens);
       const std::vector<float> want(pa.begin(), pa.end());
