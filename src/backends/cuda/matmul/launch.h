@@ -21,6 +21,9 @@ inline constexpr int64_t kCudaGemmMinRows = 64;
 inline constexpr int64_t kCudaMvRowsPerBlock = 4;
 inline constexpr int64_t kCudaMvBlocksPerSm = 4;  // all resident (96-124 registers x 128 threads)
 inline constexpr int64_t kCudaMvSharedLimit = 100 * 1024;
+/// mv_id_x8_<W>_f32 (matmul_id of one token on block formats): outputs per block, two per
+/// warp; x of the block's slot staged as cuda_mv_shared_bytes(true, 1, K).
+inline constexpr int64_t kCudaMvIdX8Rows = 16;
 /// mm_f32_f32 on the CUDA cores: 64 x 64 tiles of out, 256 threads.
 inline constexpr int64_t kCudaMmTile = 64;
 

@@ -201,8 +201,23 @@ KernelChoice matmul_affine(const Backend& b, const KernelRequest& r) {
   return KernelChoice{&b.registry().get(affine_kernel_name(mv, a.bits, a.group_size, r.type)), dims};
 }
 
+// One token: block formats take mv_id_x8 (int8 x, dp4a) where x fits its shared memory and
+// the weights are 2-byte aligned (its loads of block fields); otherwise mv_id, a warp per
+// output column with f32 x.
 KernelChoice matmul_id(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
+  const std::string x8 = cat("mv_id_x8_", dtype_name(r.type), "_f32");
+  const int64_t x8_shared = cuda_mv_shared_bytes(true, 1, a.k);
+  if (dtype_is_quantized(r.type) && a.k % 32 == 0 && x8_shared <= kCudaMvSharedLimit &&
+      reinterpret_cast<uint64_t>(a.w) % 2 == 0 && a.w_row_bytes % 2 == 0 && b.registry().contains(x8)) {
+    LaunchDims dims;
+    dims.grid.x = grid_blocks(a.n, kCudaMvIdX8Rows, r.op);
+    dims.grid.y = grid_extent(a.slots, r.op);
+    dims.grid.z = grid_extent(a.tokens, r.op);
+    dims.block.x = static_cast<uint32_t>(kCudaMvIdX8Rows / 2 * 32);
+    dims.shared_bytes = static_cast<uint32_t>(x8_shared);
+    return KernelChoice{&b.registry().get(x8), dims};
+  }
   LaunchDims dims;
   dims.grid.x = grid_blocks(a.n, kCudaMvRowsPerBlock, r.op);
   dims.grid.y = grid_extent(a.slots, r.op);
@@ -217,8 +232,28 @@ KernelChoice matmul_id_group(const Backend& b, const KernelRequest&) {
   return KernelChoice{&b.registry().get("matmul_id_group"), dims};
 }
 
+// Tensor cores (mm_id_tc: 64 x 64 tiles of (pairs, columns), grid z splits an expert's pair
+// tiles between about twice as many blocks as an even share of the pairs needs) for the
+// block formats, and for f16/bf16 from as many tokens as the dense products round x to
+// f16 for (more than the mv kernels' rows); else the CUDA-core tiles of mm_id, f32 x.
 KernelChoice matmul_id_grouped(const Backend& b, const KernelRequest& r) {
   const auto& a = r.args_as<ops::MatmulIdArgs>();
+  const std::string tc = cat("mm_id_tc_", dtype_name(r.type), "_f32");
+  const bool tensor_cores =
+      dtype_is_quantized(r.type) || (r.type != DType::f32 && a.tokens > ops::kMatmulMvMaxRows);
+  if (tensor_cores && b.registry().contains(tc)) {
+    const Kernel& kernel = b.registry().get(tc);
+    const int64_t pairs = a.tokens * a.slots;
+    const int64_t tiles = (pairs + kCudaTcTileM - 1) / kCudaTcTileM;
+    const int64_t even_share = (2 * pairs + kCudaTcTileM * a.n_experts - 1) / (kCudaTcTileM * a.n_experts);
+    LaunchDims dims;
+    dims.grid.x = grid_blocks(a.n, kCudaTcTileN, r.op);
+    dims.grid.y = grid_extent(a.n_experts + 1, r.op);
+    dims.grid.z = static_cast<uint32_t>(std::clamp<int64_t>(std::min(even_share, tiles), 1, 16));
+    dims.block.x = static_cast<uint32_t>(kCudaTcThreads);
+    dims.shared_bytes = kernel.max_shared_bytes;
+    return KernelChoice{&kernel, dims};
+  }
   LaunchDims dims;
   dims.grid.x = grid_blocks(a.n, kCudaMmTile, r.op);
   dims.grid.y = grid_extent(a.n_experts + 1, r.op);
