@@ -123,6 +123,22 @@ ONEPASS_OP_CASES(matmul_id) {
     add_case(cases, t, 37, 8, true, {}, "_e128", Sizes{128, 33, 256});
     for (bool per_slot : {false, true}) add_case(cases, t, 1, 8, per_slot, {}, "_e128_k2048", Sizes{128, 37, 2048});
   }
+  // LlamaMoe.GpuMatchesCpu's shapes: 16 experts, 4 slots, K = N = 256 (gate and up with x
+  // shared by the slots, down per slot), prefill chunks of 8 and 4 tokens and a decode
+  // step; random ids, and the ids its separated routers give (every token on experts
+  // 15, 14, 13, 12 or 0, 1, 2, 3, so an expert holds at most one pair per token).
+  for (DType t : {DType::q8_0, DType::q4_k}) {
+    for (int64_t tokens : {8, 4, 1}) {
+      std::vector<int32_t> split;
+      for (int64_t i = 0; i < tokens; ++i) {
+        for (int32_t s = 0; s < 4; ++s) split.push_back((i * 7 + 3) % 5 < 2 ? s : 15 - s);
+      }
+      for (bool per_slot : {false, true}) {
+        add_case(cases, t, tokens, 4, per_slot, {}, "_llamamoe", Sizes{16, 256, 256});
+        add_case(cases, t, tokens, 4, per_slot, split, "_llamamoe_split", Sizes{16, 256, 256});
+      }
+    }
+  }
 
   cases.push_back({"matmul_id/errors", [](OpContext& c) {
     std::vector<double> values, offsets;
