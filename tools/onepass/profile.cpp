@@ -32,6 +32,7 @@ struct ProfileArgs {
   std::string trace;
   std::string dot;
   int64_t threads = 0;
+  int64_t parallel = 0;  // --parallel B: batched decode steps of B sequences
 };
 
 int run_profile(const ProfileArgs& args) {
@@ -60,6 +61,10 @@ int run_profile(const ProfileArgs& args) {
   const CopyBandwidth copy = measure_copy_bandwidth(backend);
   model::LoadOptions load;
   load.context = args.prompt + args.decode + 8;
+  if (args.parallel > 0) {
+    load.sequences = args.parallel;
+    load.max_batch = std::max<int64_t>(args.parallel, 64);
+  }
   load.progress = [&](double fraction, const std::string& name) {
     progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
   };
@@ -69,16 +74,49 @@ int run_profile(const ProfileArgs& args) {
   std::vector<int32_t> prompt(static_cast<size_t>(args.prompt));
   for (int32_t& t : prompt) t = pick(rng);
   progress.show("prefill and warm-up", true);
-  int32_t token = model::argmax(llama.prefill(prompt));
-  for (int i = 0; i < 3; ++i) token = llama.decode_greedy(token);
-
-  Profiler::global().clear();
   std::vector<double> step_ns;
-  for (int64_t i = 0; i < args.decode; ++i) {
-    token = llama.decode_greedy(token);
-    if (auto ns = llama.decode_graph() ? llama.decode_graph()->gpu_time_ns() : std::nullopt) {
-      step_ns.push_back(static_cast<double>(*ns));
+  size_t per_step = 0;
+  if (args.parallel > 0) {
+    // B sequences with the same random prompt, then batched greedy decode steps of all B;
+    // step time from the host clock (the replayed step graph, inputs and argmax readback).
+    model::KvBlockPool& pool = llama.kv_pool();
+    std::vector<model::BatchRow> rows(static_cast<size_t>(args.parallel));
+    std::vector<int32_t> next(rows.size());
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const int32_t sequence = pool.add_sequence();
+      for (int64_t i = 0; i < args.prompt; ++i) {
+        const model::BatchRow row{sequence, prompt[static_cast<size_t>(i)], static_cast<int32_t>(i), i + 1 == args.prompt};
+        const model::BatchResult r = llama.step(std::span(&row, 1), false);
+        if (!r.argmax.empty()) next[b] = r.argmax[0];
+      }
+      rows[b] = {sequence, next[b], static_cast<int32_t>(args.prompt), true};
     }
+    auto step = [&] {
+      const model::BatchResult r = llama.step(rows, false);
+      for (size_t b = 0; b < rows.size(); ++b) {
+        rows[b].token = r.argmax[b];
+        ++rows[b].position;
+      }
+    };
+    for (int i = 0; i < 3; ++i) step();
+    Profiler::global().clear();
+    for (int64_t i = 0; i < args.decode; ++i) {
+      const double t0 = now_seconds();
+      step();
+      step_ns.push_back((now_seconds() - t0) * 1e9);
+    }
+    per_step = Profiler::global().dispatches().size() / static_cast<size_t>(args.decode);
+  } else {
+    int32_t token = model::argmax(llama.prefill(prompt));
+    for (int i = 0; i < 3; ++i) token = llama.decode_greedy(token);
+    Profiler::global().clear();
+    for (int64_t i = 0; i < args.decode; ++i) {
+      token = llama.decode_greedy(token);
+      if (auto ns = llama.decode_graph() ? llama.decode_graph()->gpu_time_ns() : std::nullopt) {
+        step_ns.push_back(static_cast<double>(*ns));
+      }
+    }
+    per_step = llama.decode_dispatches();
   }
   progress.clear();
   const std::vector<DispatchSample> samples = Profiler::global().dispatches();
@@ -90,13 +128,13 @@ int run_profile(const ProfileArgs& args) {
 
   std::printf("%s\n", describe_device(*backend).c_str());
   std::printf("model: %s (%s)\n", path.string().c_str(), source->config().describe().c_str());
-  const size_t per_step = llama.decode_dispatches();
-  std::printf("decode step: median %.1f us, %zu dispatches, %.1f per layer; weights %.1f MB read per token\n",
+  std::printf("decode step%s: median %.1f us, %zu dispatches, %.1f per layer; weights %.1f MB read per step\n",
+              args.parallel > 0 ? cat(" of ", args.parallel, " sequences (host clock)").c_str() : "",
               median(step_ns) / 1e3, per_step,
               static_cast<double>(per_step) / static_cast<double>(source->config().layers),
               static_cast<double>(llama.weight_bytes()) / 1e6);
   std::printf("%s", report.table(cat("decode, ", args.decode, " steps, grouped by ", args.group)).c_str());
-  if (const CapturedGraph* graph = llama.decode_graph()) {
+  if (const CapturedGraph* graph = args.parallel > 0 ? nullptr : llama.decode_graph()) {
     const CaptureStats& s = graph->stats();
     std::printf("graph: %zu nodes recorded, %u fusions, %zu dispatches, %zu dataflow edges, depth %zu\n",
                 s.nodes_recorded, s.fusions, s.dispatches, s.dataflow_edges, s.dataflow_depth);
@@ -109,7 +147,7 @@ int run_profile(const ProfileArgs& args) {
     out << chrome_trace_json(last, cat("onepass decode step (", backend->info().name, ")"));
     std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", args.trace.c_str());
   }
-  if (!args.dot.empty() && llama.decode_graph()) {
+  if (!args.dot.empty() && args.parallel == 0 && llama.decode_graph()) {
     std::ofstream out(args.dot);
     check(static_cast<bool>(out), where, "cannot write ", args.dot);
     const ComputeGraph& step = llama.decode_graph()->graph();
@@ -140,6 +178,9 @@ Command add_profile_command(CLI::App& parent) {
   app->add_option("--group", args->group, "Rows by op, label or kernel")->capture_default_str();
   app->add_option("--trace", args->trace, "Write a Chrome/Perfetto trace (JSON) of the last step");
   app->add_option("--dot", args->dot, "Write the decode graph as Graphviz DOT, a cluster per layer");
+  app->add_option("--parallel", args->parallel,
+                  "Profile batched decode steps of B sequences (the serving path) instead of one sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   add_threads_option(*app, args->threads);
   return {app, [args] { return run_profile(*args); }};
 }
