@@ -293,6 +293,16 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 1, 8194, 1024, 7, false);
       add_case(cases, t, 1, 8192, 32, 0, false);
     }
+    // A few dozen rows of x and few weight rows (batched decode steps): the CUDA tensor-core
+    // mm splits K among the blocks of a cluster (cuda::cuda_mm_splits, 132 SMs): 32-row
+    // tiles in 8 splits; in 4 splits of 12, 12, 12 and 0 K steps; two M tiles with a tail,
+    // two N tiles with a tail and padded x rows in 6 splits; 16-row tiles in 3 splits.
+    if (t != DType::f32) {
+      add_case(cases, t, 32, 200, 4096, 0, false);
+      add_case(cases, t, 24, 96, 2304, 0, false);
+      add_case(cases, t, 50, 70, 3072, 4, false);
+      add_case(cases, t, 12, 130, 1536, 0, false);
+    }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.
     add_case(cases, t, 150, 260, 768, 0, false);

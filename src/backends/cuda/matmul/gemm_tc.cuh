@@ -1,5 +1,6 @@
 // The tensor-core pipeline of the matrix-matrix products on W = f16, bf16 and the GGML
-// block formats (device code), used by mm_<W>_f32 (gemm_tc.cu) and the grouped expert
+// block formats (device code), used by mm_<W>_f32 (gemm_tc.cu), the split products
+// mm_split_m<BM>_<W>_f32 (gemm_tc_split.cu) and the grouped expert
 // products mm_id_tc_<W>_f32 (matmul_id.cu): block shape, the shared-memory layout per
 // weight type, the cp.async copies of x and w, the dequantization of a K step's weights
 // to f16 and the m16n8k16 products of a step. gemm_tc.cu describes the pipeline.
@@ -29,11 +30,25 @@ constexpr int kWPitch = kBK + 8;  // halves
 constexpr int kXStage = kBM * kXPitch * 4;
 constexpr int kWTile = kBN * kWPitch * 2;
 
+// A block's tile of BM rows of x (64; 32 or 16 for the split products of a few dozen rows)
+// by kBN weight rows: its 4 warps take warp_rows x warp_cols sub-tiles of mi x ni m16n8
+// accumulators (32 x 32 for BM = 64, 32 x 16 for 32, 16 x 16 for 16).
+template <int BM>
+struct Tile {
+  static_assert(BM == 16 || BM == 32 || BM == 64, "tile rows");
+  static constexpr int warp_rows = BM < 32 ? BM : 32;
+  static constexpr int warps_m = BM / warp_rows;
+  static constexpr int warp_cols = kBN * warps_m / 4;
+  static constexpr int mi = warp_rows / 16;
+  static constexpr int ni = warp_cols / 8;
+  static constexpr int x_stage = BM * kXPitch * 4;  // bytes of one x stage
+};
+
 template <DType W>
 constexpr bool kDense = W == DType::f16 || W == DType::bf16;
 
-// Where the block's shared memory goes for weights of type W (bytes).
-template <DType W>
+// Where the block's shared memory goes for weights of type W and BM rows of x (bytes).
+template <DType W, int BM = kBM>
 struct Layout {
   static constexpr int block_values = [] {
     if constexpr (kDense<W>) {
@@ -59,7 +74,7 @@ struct Layout {
   static constexpr int raw_pitch = kDense<W> ? kWPitch * 2 : (raw_bytes + 4 + 15) / 16 * 16;
   static constexpr int raw_slots = steps_per_raw == 1 ? kStages : 2;
   static constexpr int x_offset = 0;
-  static constexpr int raw_offset = kStages * kXStage;
+  static constexpr int raw_offset = kStages * Tile<BM>::x_stage;
   static constexpr int tile_offset = raw_offset + raw_slots * kBN * raw_pitch;
   static constexpr int bytes = tile_offset + (kDense<W> ? 0 : 2 * kWTile);
 };
@@ -84,7 +99,8 @@ struct XPlan {
   int col;
 };
 
-// x: column chunk col .. +3 (floats) of rows row + 8 j, j < 8.
+// x: column chunk col .. +3 (floats) of rows row + 8 j, j < BM / 8.
+template <int BM = kBM>
 __device__ __forceinline__ XPlan x_plan(const ops::MatmulArgs& a, int64_t m0, uint32_t base) {
   XPlan p;
   const int row = static_cast<int>(threadIdx.x >> 4);
@@ -94,21 +110,22 @@ __device__ __forceinline__ XPlan x_plan(const ops::MatmulArgs& a, int64_t m0, ui
   p.dst = base + static_cast<uint32_t>((row * kXPitch + p.col) * 4);
   p.rows = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) p.rows |= (m0 + row + 8 * j < a.m ? 1u : 0u) << j;
+  for (int j = 0; j < BM / 8; ++j) p.rows |= (m0 + row + 8 * j < a.m ? 1u : 0u) << j;
   return p;
 }
 
+template <int BM = kBM>
 __device__ __forceinline__ void x_issue(const ops::MatmulArgs& a, const XPlan& p, bool vec, int64_t k0, int slot) {
-  const uint32_t dst = p.dst + static_cast<uint32_t>(slot * kXStage);
+  const uint32_t dst = p.dst + static_cast<uint32_t>(slot * Tile<BM>::x_stage);
   const float* src = p.src + k0;
   if (vec && k0 + p.col + 4 <= a.k) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < BM / 8; ++j) {
       if ((p.rows >> j) & 1u) cp_async16(dst + j * 8 * kXPitch * 4, src + j * p.stride8);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < BM / 8; ++j) {
       if (!((p.rows >> j) & 1u)) continue;
       uint32_t v[4];
 #pragma unroll
@@ -204,10 +221,10 @@ __device__ __forceinline__ void w_issue(const ops::MatmulArgs& a, const WPlan& p
 
 // Dequantizes this thread's unit of K step q into operand tile q % 2: row threadIdx / 2,
 // values 32 (threadIdx % 2) .. +31 of the step (zeros past K).
-template <DType W>
+template <DType W, int BM = kBM>
 __device__ __forceinline__ void dequant_step(const ops::MatmulArgs& a, const WPlan& p, bool vec,
                                              unsigned char* smem, int64_t q) {
-  using L = Layout<W>;
+  using L = Layout<W, BM>;
   const int r = static_cast<int>(threadIdx.x >> 1);
   const int half = static_cast<int>(threadIdx.x & 1);
   const int64_t k = q * kBK + 32 * half;
@@ -248,23 +265,26 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-// Warp w multiplies rows 32 (w % 2) .. +31 of the x stage by rows 32 (w / 2) .. +31 of the
-// w tile over one K step: 2 x 4 m16n8 accumulators. x fragments are read as f32 pairs and
-// rounded here.
-template <DType W>
-__device__ __forceinline__ void multiply_step(const float* xs, const typename Operand<W>::T* ws, float (&acc)[2][4][4]) {
+// Warp w multiplies rows warp_rows (w % warps_m) .. of the x stage by rows warp_cols
+// (w / warps_m) .. of the w tile over one K step (Tile<BM>): mi x ni m16n8 accumulators
+// (2 x 4 for BM = 64: rows 32 (w % 2) .. +31 by rows 32 (w / 2) .. +31). x fragments are
+// read as f32 pairs and rounded here.
+template <DType W, int BM = kBM>
+__device__ __forceinline__ void multiply_step(const float* xs, const typename Operand<W>::T* ws,
+                                              float (&acc)[Tile<BM>::mi][Tile<BM>::ni][4]) {
+  using S = Tile<BM>;
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
-  const int wm = 32 * (warp & 1);
-  const int wn = 32 * (warp >> 1);
+  const int wm = S::warp_rows * (warp % S::warps_m);
+  const int wn = S::warp_cols * (warp / S::warps_m);
   const int g = lane >> 2;
   const int t = lane & 3;
 #pragma unroll
   for (int kk = 0; kk < kBK; kk += 16) {
-    uint32_t af[2][4];
-    uint32_t bf[2][4];
+    uint32_t af[S::mi][4];
+    uint32_t bf[S::ni / 2][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int mi = 0; mi < S::mi; ++mi) {
       const float* x0 = xs + (wm + 16 * mi + g) * kXPitch + kk + 2 * t;
       const float* x8 = x0 + 8 * kXPitch;
       const float2 v0 = *reinterpret_cast<const float2*>(x0);
@@ -277,13 +297,13 @@ __device__ __forceinline__ void multiply_step(const float* xs, const typename Op
       af[mi][3] = Operand<W>::pack(v3.x, v3.y);
     }
 #pragma unroll
-    for (int nj = 0; nj < 2; ++nj) {
+    for (int nj = 0; nj < S::ni / 2; ++nj) {
       ldmatrix_x4(bf[nj], ws + (wn + 16 * nj + (lane & 7) + 8 * (lane >> 4)) * kWPitch + kk + 8 * ((lane >> 3) & 1));
     }
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int mi = 0; mi < S::mi; ++mi) {
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) mma<W>(acc[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1]);
+      for (int ni = 0; ni < S::ni; ++ni) mma<W>(acc[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1]);
     }
   }
 }

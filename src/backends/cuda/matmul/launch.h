@@ -85,5 +85,16 @@ LaunchDims cuda_mv_dims(bool quantized, int64_t m, int64_t n, int64_t k, int sms
 LaunchDims cuda_mv1_dims(DType w, int64_t n, int64_t k, int64_t row_bytes, int sms, bool bulk = false);
 /// The tensor-core mm launch for M rows of x and N weight rows.
 LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n, uint32_t shared_bytes);
+/// mm_split_m<BM>_<W>_f32 (gemm_tc_split.cu): the tensor-core mm for a few dozen rows of x
+/// (M <= 16: BM = 16, else 32) with K split among the `splits` blocks of a cluster (grid
+/// {splits, N tiles, M tiles}), for products whose weight tiles alone leave SMs idle. The
+/// number of splits: about kCudaMmSplitBlocksPerSm blocks per SM, at most
+/// kMaxClusterBlocks, each split at least kCudaMmSplitMinK values of K; 1 means unsplit.
+inline constexpr int64_t kCudaMmSplitMaxRows = 63;
+inline constexpr int64_t kCudaMmSplitMinK = 512;
+inline constexpr int64_t kCudaMmSplitBlocksPerSm = 3;
+inline int64_t cuda_mm_split_tile_rows(int64_t m) { return m <= 16 ? 16 : 32; }
+int64_t cuda_mm_splits(int64_t m, int64_t n, int64_t k, int sms);
+LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t shared_bytes);
 
 }  // namespace onepass::cuda

@@ -1,5 +1,6 @@
 // The CUDA backend's choice of product kernels: cuBLAS GEMMs for many rows of x, the
-// tensor-core mm below that, the mv kernels for a few rows and the one-row mv1 kernels
+// tensor-core mm below that (16- or 32-row tiles with K split across a cluster for a few
+// dozen rows), the mv kernels for a few rows and the one-row mv1 kernels
 // (register ring, TMA ring, short rows, q6_k, dense) for the decode step; their launch
 // shapes (launch.h).
 #include "select.h"
@@ -24,6 +25,28 @@ LaunchDims cuda_mm_tc_dims(int64_t m, int64_t n, uint32_t shared_bytes) {
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(std::max<int64_t>(1, m_tiles));
   dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(1, n_tiles));
+  dims.block.x = static_cast<uint32_t>(kCudaTcThreads);
+  dims.shared_bytes = shared_bytes;
+  return dims;
+}
+
+int64_t cuda_mm_splits(int64_t m, int64_t n, int64_t k, int sms) {
+  const int64_t tile_m = cuda_mm_split_tile_rows(m);
+  const int64_t tiles = (m + tile_m - 1) / tile_m * ((n + kCudaTcTileN - 1) / kCudaTcTileN);
+  const int64_t wanted = (kCudaMmSplitBlocksPerSm * std::max(1, sms) + tiles - 1) / tiles;
+  return std::clamp<int64_t>(std::min<int64_t>(wanted, k / kCudaMmSplitMinK), 1, kMaxClusterBlocks);
+}
+
+LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t shared_bytes) {
+  const int64_t tile_m = cuda_mm_split_tile_rows(m);
+  const int64_t m_tiles = (m + tile_m - 1) / tile_m;
+  const int64_t n_tiles = (n + kCudaTcTileN - 1) / kCudaTcTileN;
+  check(m_tiles <= 65535 && n_tiles <= 65535, "matmul", "split tensor-core launch of ", m_tiles, " x ", n_tiles,
+        " tiles is too large");
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(splits);
+  dims.grid.y = static_cast<uint32_t>(std::max<int64_t>(1, n_tiles));
+  dims.grid.z = static_cast<uint32_t>(std::max<int64_t>(1, m_tiles));
   dims.block.x = static_cast<uint32_t>(kCudaTcThreads);
   dims.shared_bytes = shared_bytes;
   return dims;
@@ -154,7 +177,15 @@ Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int6
   }
   if (mv) return {cat("mv_", type, "_f32"), cuda_mv_dims(quantized, m, n, k, sms), true};
   const std::string mm = cat("mm_", type, "_f32");
-  if (w != DType::f32) return {mm, cuda_mm_tc_dims(m, n, registry.get(mm).max_shared_bytes), false};
+  if (w != DType::f32) {
+    // A few dozen rows: the 16- or 32-row tiles, K split where the tiles alone are few.
+    const std::string split = cat("mm_split_m", cuda_mm_split_tile_rows(m), "_", type, "_f32");
+    if (m <= kCudaMmSplitMaxRows && registry.contains(split)) {
+      const int64_t splits = cuda_mm_splits(m, n, k, sms);
+      return {split, cuda_mm_split_dims(m, n, splits, registry.get(split).max_shared_bytes), false};
+    }
+    return {mm, cuda_mm_tc_dims(m, n, registry.get(mm).max_shared_bytes), false};
+  }
   LaunchDims dims;
   dims.grid.x = grid_blocks(n, kCudaMmTile, "matmul");
   dims.grid.y = grid_blocks(m, kCudaMmTile, "matmul");
