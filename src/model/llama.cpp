@@ -637,18 +637,26 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
     if (c.qk_norm && c.qk_norm_whole) {  // over the whole Q and K of each token, in place
       ops::rms_norm(s, q.reshaped(Shape{n, c.q_dim()}), w.q_norm, q.reshaped(Shape{n, c.q_dim()}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n, c.kv_dim()}), w.k_norm, k.reshaped(Shape{n, c.kv_dim()}), c.norm_eps);
-    } else if (c.qk_norm && (paged || !options_.fused_ops)) {
-      // Per head, in place (fused: inside rope_kv_write; the paged path has none).
+    } else if (c.qk_norm && !options_.fused_ops) {
+      // Per head, in place (fused: inside rope_kv_write).
       ops::rms_norm(s, q.reshaped(Shape{n * c.heads, hd}), w.q_norm, q.reshaped(Shape{n * c.heads, hd}), c.norm_eps);
       ops::rms_norm(s, k.reshaped(Shape{n * c.kv_heads, hd}), w.k_norm, k.reshaped(Shape{n * c.kv_heads, hd}),
                     c.norm_eps);
     }
-    if (paged) {
+    if (paged && !options_.fused_ops) {
       // RoPE at the tokens' positions; K and V into the pool at their slots.
       ops::rope(s, q, q, positions, rope);
       ops::rope(s, k, k, positions, rope);
       ops::kv_write(s, k, w.k_pool, b.batch_field(n, 2));
       ops::kv_write(s, v, w.v_pool, b.batch_field(n, 2));
+    } else if (paged) {
+      ops::RopeParams layer_rope = rope;
+      if (c.qk_norm && !c.qk_norm_whole) {
+        layer_rope.q_norm = w.q_norm;
+        layer_rope.k_norm = w.k_norm;
+        layer_rope.qk_norm_eps = c.norm_eps;
+      }
+      ops::rope_kv_write(s, q, k, v, w.k_pool, w.v_pool, positions, layer_rope, b.batch_field(n, 2));
     } else if (options_.fused_ops) {
       ops::RopeParams layer_rope = rope;
       if (decode_step) {

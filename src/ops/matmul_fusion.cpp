@@ -119,7 +119,7 @@ std::optional<Dispatch> fuse_matvec_rope_kv(const Dispatch& matmul, const Dispat
   std::optional<FusedMatvecArgs> mv = as_matvec(matmul);
   if (!mv || mv->silu || mv->residual != nullptr || mv->rope.positions != nullptr) return std::nullopt;
   const auto r = rope.args_as<RopeKvArgs>();
-  if (r.q_norm != nullptr || r.k_norm != nullptr) return std::nullopt;
+  if (r.q_norm != nullptr || r.k_norm != nullptr || r.slots != nullptr) return std::nullopt;
   const MatmulArgs& m = mv->mm;
   const int64_t hd = r.head_dim;
   const int64_t q_dim = r.n_head * hd;

@@ -11,7 +11,7 @@ namespace onepass {
 
 void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& k, const TensorView& v,
                                  const TensorView& k_cache, const TensorView& v_cache, const TensorView& positions,
-                                 const ops::RopeParams& params) {
+                                 const ops::RopeParams& params, const TensorView& slots) {
   using namespace ops::detail;
   const char* op = "rope_kv_write";
   for (const auto& [t, what] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
@@ -36,6 +36,11 @@ void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& 
         op, "caches have shape ", k_cache.shape.str(), ", expected [", n_kv_head, ", ctx, ", head_dim, "]");
   check(positions.numel() == tokens && positions.contiguous(), op, "positions has ", positions.numel(),
         " values, expected ", tokens);
+  if (slots.view) {
+    require_dtype(slots, DType::i32, op, "slots");
+    check(slots.numel() == tokens && slots.contiguous(), op, "slots has ", slots.numel(), " values, expected ", tokens);
+    check(params.cos_sin_use == ops::RopeCosSin::none, op, "slots are for batched steps; cos_sin is one token's");
+  }
   const int32_t rotary = params.rotary_dims == 0 ? static_cast<int32_t>(head_dim) : params.rotary_dims;
   check(rotary > 0 && rotary % 2 == 0 && rotary <= head_dim, op, "rotary dims ", rotary,
         " must be even and at most head_dim ", head_dim);
@@ -71,6 +76,7 @@ void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& 
   a.k_cache = k_cache.data();
   a.v_cache = v_cache.data();
   a.positions = static_cast<const int32_t*>(positions.data());
+  a.slots = slots.view ? static_cast<const int32_t*>(slots.data()) : nullptr;
   a.freq_factors = params.freq_factors.view ? static_cast<const float*>(params.freq_factors.data()) : nullptr;
   a.tokens = tokens;
   a.n_head = n_head;
@@ -97,6 +103,7 @@ void ops::rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& 
                              OpKind::rope, &choice);
   d.read(q).read(k).read(v).write(q).write(k_cache).write(v_cache);
   read_operand(d, choice, ops::kRopeKvPositions, positions);
+  if (slots.view) d.read(slots);
   if (params.freq_factors.view) d.read(params.freq_factors);
   if (qk_norm) d.read(params.q_norm).read(params.k_norm);
   if (params.cos_sin_use == ops::RopeCosSin::store) d.write(params.cos_sin);

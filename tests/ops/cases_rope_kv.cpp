@@ -64,18 +64,27 @@ ONEPASS_OP_CASES(rope_kv) {
       {"decode_neox_qk_norm_hd256", 1, 4, 1, 256, 0, true, false, DType::bf16, true},
       {"prefill_partial_qk_norm", 7, 6, 2, 80, 48, false, false, DType::f32, true},
   };
-  // One token's (cos, sin) per pair stored as computed, or loaded instead of computed.
-  std::vector<std::pair<RopeKvCase, ops::RopeCosSin>> runs;
+  // One token's (cos, sin) per pair stored as computed, or loaded instead of computed; and
+  // several tokens written at slots of a paged pool (a padding row's slot -1 writes nothing).
+  struct Run {
+    RopeKvCase s;
+    ops::RopeCosSin use;
+    bool slotted;
+  };
+  std::vector<Run> runs;
   for (const RopeKvCase& s : shapes) {
-    runs.push_back({s, ops::RopeCosSin::none});
+    runs.push_back({s, ops::RopeCosSin::none, false});
     if (s.tokens == 1) {
-      runs.push_back({s, ops::RopeCosSin::store});
-      runs.push_back({s, ops::RopeCosSin::load});
+      runs.push_back({s, ops::RopeCosSin::store, false});
+      runs.push_back({s, ops::RopeCosSin::load, false});
+    } else {
+      runs.push_back({s, ops::RopeCosSin::none, true});
     }
   }
-  for (const auto& [s, use] : runs) {
+  for (const auto& [s, use, slotted] : runs) {
     const char* suffix = use == ops::RopeCosSin::store  ? "_store_cos_sin"
                          : use == ops::RopeCosSin::load ? "_load_cos_sin"
+                         : slotted                      ? "_slots"
                                                         : "";
     cases.push_back({cat("rope_kv_write/", s.name, suffix), [=](OpContext& c) {
       const int64_t ctx = 40;
@@ -89,6 +98,15 @@ ONEPASS_OP_CASES(rope_kv) {
       for (int64_t t = 0; t < s.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7 + 3) % (ctx - 2));
       if (s.tokens > 2) pos[2] = static_cast<int32_t>(ctx + 5);  // out of range: q rotates, no cache write
       TensorView positions = c.input_i32({s.tokens}, pos);
+      // Cache rows: slots apart from the positions, one padding row (-1), one past ctx.
+      std::vector<int32_t> rows = pos;
+      TensorView slots;
+      if (slotted) {
+        for (int64_t t = 0; t < s.tokens; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>((t * 11 + 5) % ctx);
+        rows[1] = -1;
+        rows[2] = static_cast<int32_t>(ctx);
+        slots = c.input_i32({s.tokens}, rows);
+      }
       const int32_t rotary = s.rotary == 0 ? static_cast<int32_t>(s.head_dim) : s.rotary;
       ops::RopeParams p;
       p.layout = s.neox ? ops::RopeLayout::neox : ops::RopeLayout::normal;
@@ -118,7 +136,7 @@ ONEPASS_OP_CASES(rope_kv) {
         norm_heads(want_k, s.head_dim, c.host(p.k_norm), eps);
       }
       const std::vector<double>& vv = c.host(v);
-      ops::rope_kv_write(c.session(), q, k, v, kc, vc, positions, p);
+      ops::rope_kv_write(c.session(), q, k, v, kc, vc, positions, p, slots);
       c.run();
       const std::vector<double>* f = s.factors ? &factor_values : nullptr;
       for (int64_t t = 0; t < s.tokens; ++t) {
@@ -131,11 +149,12 @@ ONEPASS_OP_CASES(rope_kv) {
           const auto base = static_cast<size_t>((t * s.kv_heads + h) * s.head_dim);
           rotate(want_k, base, s.head_dim, rotary, position, s.neox, f, g);
         }
-        if (position < 0 || position >= static_cast<double>(ctx)) continue;
+        const int32_t row = rows[static_cast<size_t>(t)];
+        if (row < 0 || row >= ctx) continue;
         for (int64_t h = 0; h < s.kv_heads; ++h) {
           for (int64_t d = 0; d < s.head_dim; ++d) {
             const size_t src = static_cast<size_t>((t * s.kv_heads + h) * s.head_dim + d);
-            const size_t dst = static_cast<size_t>((h * ctx + static_cast<int64_t>(position)) * s.head_dim + d);
+            const size_t dst = static_cast<size_t>((h * ctx + row) * s.head_dim + d);
             want_kc[dst] = round_to(s.cache, static_cast<float>(want_k[src]));
             want_vc[dst] = round_to(s.cache, static_cast<float>(vv[src]));
           }

@@ -77,7 +77,9 @@ struct RopeArgs {
 /// and v are left as they were). Equals rope(q, q); rope(k, k'); kv_write(k', k_cache);
 /// kv_write(v, v_cache), preceded, with q_norm and k_norm, by the per-head rms_norm of q and
 /// k in place (k is left as it was; the normalised k goes to the cache). q, k, v f32
-/// [tokens, heads, head_dim]; caches [kv_heads, ctx, head_dim].
+/// [tokens, heads, head_dim]; caches [kv_heads, ctx, head_dim]. With slots (the paged KV pool
+/// of batched steps), token t's cache row is slots[t] instead of its position (slots
+/// outside [0, ctx), e.g. -1 for a padding row, write nothing); RoPE still uses positions.
 struct RopeKvArgs {
   float* q;
   const float* k;
@@ -85,6 +87,7 @@ struct RopeKvArgs {
   void* k_cache;
   void* v_cache;
   const int32_t* positions;
+  const int32_t* slots;  // the cache row of each token; null: its position
   const float* freq_factors;
   int64_t tokens;
   int64_t n_head;
@@ -115,9 +118,10 @@ void rope(GraphSession& s, const TensorView& x, const TensorView& out, const Ten
                            const RopeParams& params);
 
 /// RoPE on q [tokens, n_head, head_dim] in place, and RoPE'd k and v [tokens, n_kv_head,
-/// head_dim] written into the caches at positions: rope + rope + kv_write + kv_write in
-/// one dispatch (the decode step's attention inputs).
+/// head_dim] written into the caches at positions (at slots, i32 [tokens], when given):
+/// rope + rope + kv_write + kv_write in one dispatch (a step's attention inputs).
 void rope_kv_write(GraphSession& s, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
-                                    const TensorView& v_cache, const TensorView& positions, const RopeParams& params);
+                                    const TensorView& v_cache, const TensorView& positions, const RopeParams& params,
+                                    const TensorView& slots = {});
 
 }  // namespace onepass::ops

@@ -66,12 +66,13 @@ void rope_kv_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t
         for (int64_t d = a.rotary_dims; d < a.head_dim; ++d) q[d] = x[d];
       }
     }
-    if (position < 0 || position >= a.ctx) continue;  // device data: never write outside
+    const int32_t slot = a.slots != nullptr ? a.slots[token] : position;  // the cache row
+    if (slot < 0 || slot >= a.ctx) continue;  // device data: never write outside
     for (int64_t h = 0; h < a.n_kv_head; ++h) {
       const float* k = norm_row(a.k + (token * a.n_kv_head + h) * a.k_stride, a.k_norm);
       const float* v = a.v + (token * a.n_kv_head + h) * a.v_stride;
-      S* kc = static_cast<S*>(a.k_cache) + (h * a.ctx + position) * a.cache_stride;
-      S* vc = static_cast<S*>(a.v_cache) + (h * a.ctx + position) * a.cache_stride;
+      S* kc = static_cast<S*>(a.k_cache) + (h * a.ctx + slot) * a.cache_stride;
+      S* vc = static_cast<S*>(a.v_cache) + (h * a.ctx + slot) * a.cache_stride;
       rotate(k, [&](int64_t d, float value) { kc[d] = Out::store(value); });
       for (int64_t d = a.rotary_dims; d < a.head_dim; ++d) kc[d] = Out::store(k[d]);
       for (int64_t d = 0; d < a.head_dim; ++d) vc[d] = Out::store(v[d]);

@@ -23,12 +23,13 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
   const int64_t half = a.rotary_dims / 2;
   const bool is_q = row < a.n_head;
   const bool is_k = !is_q && row < a.n_head + a.n_kv_head;
-  if (!is_q && (position < 0 || position >= a.ctx)) return;  // device data: never write outside
+  const int32_t slot = a.slots != nullptr ? a.slots[token] : position;  // the cache row
+  if (!is_q && (slot < 0 || slot >= a.ctx)) return;  // device data: never write outside
   if (is_q || is_k) {
     float* q = a.q + (token * a.n_head + row) * a.q_stride;
     const int64_t kh = row - a.n_head;
     const float* k = a.k + (token * a.n_kv_head + kh) * a.k_stride;
-    S* kc = is_k ? static_cast<S*>(a.k_cache) + (kh * a.ctx + position) * a.cache_stride : nullptr;
+    S* kc = is_k ? static_cast<S*>(a.k_cache) + (kh * a.ctx + slot) * a.cache_stride : nullptr;
     const float* x = is_q ? q : k;
     // The per-head RMS norm (rms_norm_f32's arithmetic: x * inv, then * w): the block sums
     // the row's squares before any thread writes (q is rotated in place), and each thread
@@ -79,7 +80,7 @@ __global__ void rope_kv_kernel(const __grid_constant__ ops::RopeKvArgs a) {
   }
   const int64_t vh = row - a.n_head - a.n_kv_head;
   const float* v = a.v + (token * a.n_kv_head + vh) * a.v_stride;
-  S* vc = static_cast<S*>(a.v_cache) + (vh * a.ctx + position) * a.cache_stride;
+  S* vc = static_cast<S*>(a.v_cache) + (vh * a.ctx + slot) * a.cache_stride;
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) vc[d] = Out::store(v[d]);
 }
 
