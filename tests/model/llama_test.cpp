@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
+#include <functional>
 #include <map>
+#include <ostream>
+#include <random>
 
 #include "onepass/core/error.h"
 #include "onepass/model/architecture.h"
@@ -86,44 +88,86 @@ void rope(std::vector<double>& v, int64_t heads, const LlamaConfig& c, int64_t p
   }
 }
 
-// A mixture-of-experts FFN of one token (blk.N.ffn_*_exps): the router's logits pick the
-// `used` largest (ties to the lower expert), weighted by a softmax over all experts (OLMoE)
-// or over the selected ones (Mixtral, Qwen3-MoE), each expert a SiLU-gated FFN.
-std::vector<double> moe_ffn(const ModelSource& src, const std::string& p, const std::vector<double>& x) {
-  const LlamaConfig& c = src.config();
-  int64_t experts, h;
-  const Matrix router = weights(src, p + "ffn_gate_inp.weight", &experts, &h);
-  const Matrix wg = weights(src, p + "ffn_gate_exps.weight"), wu = weights(src, p + "ffn_up_exps.weight"),
-               wd = weights(src, p + "ffn_down_exps.weight");
-  const int64_t f = static_cast<int64_t>(wg.size()) / (experts * h);
+// What the reference's MoE layers may change and report. The tests of quantized experts
+// round each expert product's input as a backend does (CUDA: int8 per 32 values for one
+// token, f16 for several) to see how far correct kernels move the logits, and read the
+// router's margins to keep every token's expert choice away from a tie.
+struct MoeReferenceOptions {
+  // Applied to the input of every expert product (the normed x of gate and up, the
+  // activations of down); none: exact.
+  std::function<void(std::vector<double>&)> round_expert_input;
+  // Applied to the dequantized experts' weights (CUDA's grouped products: f16); none: exact.
+  std::function<void(std::vector<double>&)> round_expert_weights;
+  // Per token: the smallest, over the MoE layers, of the experts_used-th largest router
+  // logit minus the next one (how far the expert choice is from a tie).
+  std::vector<double>* router_gaps = nullptr;
+};
+
+// One layer's router and experts (blk.N.ffn_*_exps), loaded once for all its tokens.
+struct MoeWeights {
+  Matrix router, gate, up, down;
+  int64_t experts = 0, hidden = 0, ffn = 0;
+};
+
+MoeWeights moe_weights(const ModelSource& src, const std::string& p) {
+  MoeWeights m;
+  m.router = weights(src, p + "ffn_gate_inp.weight", &m.experts, &m.hidden);
+  m.gate = weights(src, p + "ffn_gate_exps.weight");
+  m.up = weights(src, p + "ffn_up_exps.weight");
+  m.down = weights(src, p + "ffn_down_exps.weight");
+  m.ffn = static_cast<int64_t>(m.gate.size()) / (m.experts * m.hidden);
+  return m;
+}
+
+// A mixture-of-experts FFN of one token: the router's logits pick the `used` largest (ties
+// to the lower expert), weighted by a softmax over all experts (OLMoE) or over the selected
+// ones (Mixtral, Qwen3-MoE), each expert a SiLU-gated FFN. *gap: the used-th largest logit
+// minus the next.
+std::vector<double> moe_ffn(const LlamaConfig& c, const MoeWeights& m, const std::vector<double>& x,
+                            const MoeReferenceOptions& options, double* gap) {
+  const int64_t experts = m.experts, h = m.hidden, f = m.ffn;
   const int64_t used = c.experts_used;
-  const std::vector<double> logits = matvec(router, experts, h, x);
+  const std::vector<double> logits = matvec(m.router, experts, h, x);
   std::vector<int64_t> order(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) order[static_cast<size_t>(e)] = e;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  *gap = used < experts ? logits[order[used - 1]] - logits[order[used]] : INFINITY;
   const double mx = logits[order[0]];
   const bool over_all = c.architecture == "olmoe";
   double sum = 0;
   for (int64_t i = 0; i < (over_all ? experts : used); ++i) sum += std::exp(logits[order[i]] - mx);
+  std::vector<double> xr = x;
+  if (options.round_expert_input) options.round_expert_input(xr);
+  // Rows [first, first + rows) of a [*, cols] matrix times v.
+  auto rows_times = [](const Matrix& w, int64_t first, int64_t rows, int64_t cols,
+                       const std::vector<double>& v) {
+    std::vector<double> y(static_cast<size_t>(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* row = w.data() + (first + r) * cols;
+      double acc = 0;
+      for (int64_t j = 0; j < cols; ++j) acc += row[j] * v[static_cast<size_t>(j)];
+      y[static_cast<size_t>(r)] = acc;
+    }
+    return y;
+  };
   std::vector<double> out(static_cast<size_t>(h), 0.0);
   for (int64_t i = 0; i < used; ++i) {
     const int64_t e = order[static_cast<size_t>(i)];
     const double weight = std::exp(logits[e] - mx) / sum;
-    const Matrix g_rows(wg.begin() + e * f * h, wg.begin() + (e + 1) * f * h);
-    const Matrix u_rows(wu.begin() + e * f * h, wu.begin() + (e + 1) * f * h);
-    const Matrix d_rows(wd.begin() + e * h * f, wd.begin() + (e + 1) * h * f);
-    const auto g = matvec(g_rows, f, h, x), u = matvec(u_rows, f, h, x);
+    const auto g = rows_times(m.gate, e * f, f, h, xr), u = rows_times(m.up, e * f, f, h, xr);
     std::vector<double> a(g.size());
     for (size_t j = 0; j < g.size(); ++j) a[j] = g[j] / (1.0 + std::exp(-g[j])) * u[j];
-    const auto d = matvec(d_rows, h, f, a);
+    if (options.round_expert_input) options.round_expert_input(a);
+    const auto d = rows_times(m.down, e * h, h, f, a);
     for (int64_t j = 0; j < h; ++j) out[j] += weight * d[j];
   }
   return out;
 }
 
 // Logits after each of `tokens` (one row per token).
-std::vector<std::vector<double>> reference_logits(const ModelSource& src, const std::vector<int32_t>& tokens,
-                                                  DType kv_type) {
+std::vector<std::vector<double>> reference_logits(const ModelSource& src,
+                                                  const std::vector<int32_t>& tokens, DType kv_type,
+                                                  const MoeReferenceOptions& moe_options = {}) {
   const LlamaConfig& c = src.config();
   const auto n = static_cast<int64_t>(tokens.size());
   int64_t v_rows, h;
@@ -139,6 +183,7 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
   }
   const int64_t hd = c.head_dim;
   const int64_t group = c.heads / c.kv_heads;
+  if (moe_options.router_gaps) moe_options.router_gaps->assign(static_cast<size_t>(n), INFINITY);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = cat("blk.", l, ".");
     const bool local = c.sliding_window > 0 &&
@@ -158,7 +203,14 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
       wv = weights(src, p + "attn_v.weight");
     }
     const bool moe = src.find(p + "ffn_gate_inp.weight").has_value();
+    MoeWeights experts;
     if (moe) {
+      experts = moe_weights(src, p);
+      if (moe_options.round_expert_weights) {
+        for (Matrix* m : {&experts.gate, &experts.up, &experts.down}) {
+          moe_options.round_expert_weights(*m);
+        }
+      }
     } else if (src.find(p + "ffn_gate.weight")) {
       wg = weights(src, p + "ffn_gate.weight");
       wu = weights(src, p + "ffn_up.weight");
@@ -231,7 +283,12 @@ std::vector<std::vector<double>> reference_logits(const ModelSource& src, const 
       for (int64_t i = 0; i < h; ++i) xt[i] += o[i];
       const auto hn = rms_norm(xt, n2, c.norm_eps);
       if (moe) {
-        auto d = moe_ffn(src, p, hn);
+        double gap = 0;
+        auto d = moe_ffn(c, experts, hn, moe_options, &gap);
+        if (moe_options.router_gaps) {
+          double& g = (*moe_options.router_gaps)[static_cast<size_t>(t)];
+          g = std::min(g, gap);
+        }
         if (post_norms) d = rms_norm(d, pn2, c.norm_eps);
         for (int64_t i = 0; i < h; ++i) xt[i] += d[i];
         continue;
@@ -963,10 +1020,9 @@ TEST_F(LlamaMoeFile, GgufMoeModelsMatchTheReference) {
 
 // A source whose routers give every token well-separated expert logits: router row e is
 // (e + 1) times one random vector, so the order of the experts depends only on the sign of
-// that vector's product with x and consecutive logits differ by |v . x|. Backends that
-// round differently (CUDA stages activations in 8 bits for block formats) then choose the
-// same experts; with random routers a near tie flips an expert and the logits differ by far
-// more than rounding.
+// that vector's product with x and consecutive logits differ by |v . x|: backends whose
+// router inputs differ by f32 rounding choose the same experts unless v . x is that close to
+// 0, where random routers have a near tie between some two experts far more often.
 class SeparatedRouters : public ModelSource {
  public:
   SeparatedRouters(const ModelSource& inner, uint64_t seed) : inner_(inner) {
@@ -997,48 +1053,332 @@ class SeparatedRouters : public ModelSource {
   std::vector<float> router_;
 };
 
-
-// MoE families on the GPU against the CPU (which the float64 reference checks): 16 experts
-// with 4 used, prefill chunks of 8 tokens where most experts get no token, replayed decode
-// steps. f32 and f16 experts agree to rounding; block formats by correlation, as the dense
-// families' (CUDA rounds a one-token product's activations to 8-bit blocks for them).
+// MoE families on the GPU against the CPU (which the float64 reference checks) with f16
+// experts, which both backends multiply with f32 activations: 16 experts with 4 used, two
+// layers, prefill chunks of 8 tokens where most experts get no token, replayed decode
+// steps, all within 1e-4 of the largest logit. Block-format experts: the
+// GpuQuantizedExperts tests.
 TEST(LlamaMoe, GpuMatchesCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   for (const char* name : {"llama", "qwen3moe", "olmoe"}) {
-    for (DType type : {DType::f16, DType::q8_0, DType::q4_k}) {
-      SCOPED_TRACE(cat(name, " ", dtype_name(type)));
-      LlamaConfig c = moe(name, 16, 4);
-      c.hidden = 256;
-      c.expert_ffn = 256;
-      c.head_dim = 64;
-      c.rope_dims = 64;
-      auto random = make_random_source(c, type, seed);
-      const SeparatedRouters src(*random, seed);
-      const LoadOptions o{.context = 64, .max_batch = 8};
-      LlamaModel a(testing::cpu_backend(), src, o);
-      LlamaModel b(make_cuda_backend(0, testing::test_options()), src, o);
-      const auto tokens = some_tokens(20, seed, 97);
-      const bool exact = type == DType::f16;
-      auto compare = [&](std::span<const float> got, std::span<const float> want_f32, const std::string& what) {
-        const std::vector<double> want(want_f32.begin(), want_f32.end());
-        if (exact) {
-          expect_logits_near(got, want, 1e-4, what);
-          return;
-        }
-        EXPECT_GT(logit_correlation(got, want), 0.995) << what;
-      };
-      const auto pa = a.prefill(tokens);
-      const std::vector<float> want(pa.begin(), pa.end());
-      compare(b.prefill(tokens), want, "prefill");
-      for (int i = 0; i < 5; ++i) {
-        const auto la = a.decode(tokens[static_cast<size_t>(i)]);
-        const std::vector<float> step(la.begin(), la.end());
-        compare(b.decode(tokens[static_cast<size_t>(i)]), step, cat("decode ", i));
-      }
+    SCOPED_TRACE(name);
+    LlamaConfig c = moe(name, 16, 4);
+    c.hidden = 256;
+    c.expert_ffn = 256;
+    c.head_dim = 64;
+    c.rope_dims = 64;
+    auto random = make_random_source(c, DType::f16, seed);
+    const SeparatedRouters src(*random, seed);
+    const LoadOptions o{.context = 64, .max_batch = 8};
+    LlamaModel a(testing::cpu_backend(), src, o);
+    LlamaModel b(make_cuda_backend(0, testing::test_options()), src, o);
+    const auto tokens = some_tokens(20, seed, 97);
+    auto compare = [&](std::span<const float> got, std::span<const float> want_f32,
+                       const std::string& what) {
+      const std::vector<double> want(want_f32.begin(), want_f32.end());
+      expect_logits_near(got, want, 1e-4, what);
+    };
+    const auto pa = a.prefill(tokens);
+    const std::vector<float> want(pa.begin(), pa.end());
+    compare(b.prefill(tokens), want, "prefill");
+    for (int i = 0; i < 5; ++i) {
+      const auto la = a.decode(tokens[static_cast<size_t>(i)]);
+      const std::vector<float> step(la.begin(), la.end());
+      compare(b.decode(tokens[static_cast<size_t>(i)]), step, cat("decode ", i));
     }
   }
+}
+
+// ---- block-format experts ------------------------------------------------------------------
+//
+// The backends round the inputs of block-format expert products differently (CUDA: int8 per
+// 32 values for one token, f16 for several; the CPU: hardly at all), so their logits
+// differ by ~1%, and at a near tie of the router's logits that is enough to choose another
+// expert, after which nothing compares. The model here cannot choose differently: one
+// layer, every matrix but the experts f16 (the router f32), so the router's input comes
+// from attention and embedding products that both backends compute to ~1e-6; and tokens
+// chosen (against the float64 reference) so that at every position the experts_used-th
+// router logit beats the next by kMinRouterGap, far more than that ~1e-6 can move it. With
+// one layer the experts' output reaches only the logits of its own position, so a wrong
+// product shows at the positions that use it and nowhere else.
+
+// Router logits are O(1) (random rows of variance 1 / hidden times a normed x).
+constexpr double kMinRouterGap = 1e-2;
+
+// Experts (blk.N.ffn_{gate,up,down}_exps) of a block format, every other matrix f16 and
+// the routers f32 (as GGUF files keep them).
+class QuantizedExpertsSource : public ModelSource {
+ public:
+  QuantizedExpertsSource(const LlamaConfig& c, DType expert_type, uint64_t seed)
+      : dense_(make_random_source(c, DType::f16, seed)),
+        experts_(make_random_source(c, expert_type, seed)),
+        expert_type_(expert_type) {}
+  const LlamaConfig& config() const override { return dense_->config(); }
+  std::optional<HostTensor> find(std::string_view name) const override {
+    return (name.ends_with("_exps.weight") ? experts_ : dense_)->find(name);
+  }
+  std::string describe() const override {
+    return cat(dense_->describe(), " (", dtype_name(expert_type_), " experts)");
+  }
+
+ private:
+  std::unique_ptr<ModelSource> dense_, experts_;
+  DType expert_type_;
+};
+
+// What every quantized-experts run does, position by position: evaluate() of the first 16
+// tokens in chunks of 8 (the logits of every position), prefill chunks of 8, 8, 2 and 2
+// tokens (the second chunk of each length replays the first's graph; a chunk of 2 gives at
+// most 8 of the 32 experts a token), then 16 replayed decode steps. Every chunk has several
+// tokens, so its expert products are the grouped ones (CUDA: mm_id_tc); a decode step has
+// one (CUDA: mv_id_x8).
+constexpr int kMoeEvaluated = 16;
+constexpr int kMoePrefillChunks[] = {8, 8, 2, 2};
+constexpr int kMoeDecodeSteps = 16;
+constexpr int kMoeTokens = kMoeEvaluated + 8 + 8 + 2 + 2 + kMoeDecodeSteps;
+
+LlamaConfig quantized_moe_config(const char* family) {
+  LlamaConfig c = moe(family, 32, 4);
+  c.layers = 1;
+  c.hidden = 256;
+  c.expert_ffn = 256;
+  c.head_dim = 64;
+  c.rope_dims = 64;
+  return c;
+}
+
+const LoadOptions kQuantizedMoeLoad{.context = 64, .max_batch = 8, .kv_type = DType::f32};
+
+// kMoeTokens tokens from `seed`, the token of every position within kMinRouterGap of a
+// router tie (in the float64 reference) moved on until none is. A token changes the routing
+// of its own and later positions only; the routing does not depend on the experts' weights
+// (one layer), so one choice serves every expert type of a family.
+std::vector<int32_t> tokens_away_from_router_ties(const LlamaConfig& c, uint64_t seed) {
+  // QuantizedExpertsSource's dense tensors, which alone decide the routing.
+  const auto src = make_random_source(c, DType::f16, seed);
+  const auto vocab = static_cast<int32_t>(c.vocab_size);
+  std::vector<int32_t> tokens = some_tokens(kMoeTokens, seed, vocab);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::vector<double> gaps;
+    reference_logits(*src, tokens, DType::f32, {.router_gaps = &gaps});
+    bool moved = false;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      if (gaps[t] < kMinRouterGap) {
+        tokens[t] = (tokens[t] + 1) % vocab;
+        moved = true;
+      }
+    }
+    if (!moved) return tokens;
+  }
+  ADD_FAILURE() << "no tokens keep every router choice of " << src->describe() << " "
+                << kMinRouterGap << " from a tie";
+  return tokens;
+}
+
+// Rows of logits and the positions they follow.
+struct LogitRows {
+  std::vector<int64_t> positions;
+  std::vector<std::vector<double>> rows;
+  void add(int64_t position, std::span<const float> logits) {
+    positions.push_back(position);
+    rows.emplace_back(logits.begin(), logits.end());
+  }
+};
+
+struct MoeRunLogits {
+  LogitRows prefill, decode;  // grouped expert products; one-token ones
+};
+
+MoeRunLogits run_quantized_moe(LlamaModel& model, const std::vector<int32_t>& tokens) {
+  const int64_t vocab = model.config().vocab_size;
+  const std::span<const int32_t> all(tokens);
+  MoeRunLogits r;
+  const auto evaluated = model.evaluate(all.first(kMoeEvaluated));
+  for (int64_t p = 0; p < kMoeEvaluated; ++p) {
+    r.prefill.add(p, evaluated.subspan(static_cast<size_t>(p * vocab), static_cast<size_t>(vocab)));
+  }
+  size_t next = kMoeEvaluated;
+  for (int chunk : kMoePrefillChunks) {
+    const auto logits = model.prefill(all.subspan(next, static_cast<size_t>(chunk)));
+    next += static_cast<size_t>(chunk);
+    r.prefill.add(static_cast<int64_t>(next) - 1, logits);
+  }
+  for (; next < tokens.size(); ++next) {
+    r.decode.add(static_cast<int64_t>(next), model.decode(tokens[next]));
+  }
+  return r;
+}
+
+// The reference's rows at `like`'s positions.
+LogitRows reference_rows(const std::vector<std::vector<double>>& reference, const LogitRows& like) {
+  LogitRows r;
+  r.positions = like.positions;
+  for (int64_t p : like.positions) r.rows.push_back(reference[static_cast<size_t>(p)]);
+  return r;
+}
+
+// How far rows of logits are from the wanted ones: the lowest correlation of a row and the
+// largest error of one logit relative to its row's largest |logit|, with their positions.
+struct LogitDistance {
+  double correlation = 1;
+  int64_t correlation_at = -1;
+  double relative_error = 0;
+  int64_t relative_error_at = -1;
+};
+
+LogitDistance logit_distance(const LogitRows& got, const LogitRows& want) {
+  EXPECT_EQ(got.positions, want.positions);
+  LogitDistance d;
+  for (size_t i = 0; i < got.rows.size() && i < want.rows.size(); ++i) {
+    const std::vector<float> row(got.rows[i].begin(), got.rows[i].end());
+    const std::vector<double>& w = want.rows[i];
+    const double correlation = logit_correlation(row, w);
+    if (correlation < d.correlation) {
+      d.correlation = correlation;
+      d.correlation_at = got.positions[i];
+    }
+    double scale = 0, err = 0;
+    for (size_t j = 0; j < w.size(); ++j) {
+      scale = std::max(scale, std::abs(w[j]));
+      err = std::max(err, std::abs(got.rows[i][j] - w[j]));
+    }
+    if (err / scale > d.relative_error) {
+      d.relative_error = err / scale;
+      d.relative_error_at = got.positions[i];
+    }
+  }
+  return d;
+}
+
+std::ostream& operator<<(std::ostream& os, const LogitDistance& d) {
+  return os << "lowest correlation 1 - " << 1 - d.correlation << " (position " << d.correlation_at
+            << "), largest relative error " << d.relative_error << " (position "
+            << d.relative_error_at << ")";
+}
+
+// Bars of one path of the expert products between two backends.
+struct LogitBars {
+  double correlation;
+  double relative_error;
+};
+
+void expect_within(const LogitDistance& d, const LogitBars& bars, const std::string& what) {
+  EXPECT_GT(d.correlation, bars.correlation) << what << ": " << d;
+  EXPECT_LT(d.relative_error, bars.relative_error) << what << ": " << d;
+}
+
+// CUDA against the CPU, per path. Prefill's grouped products round x and the dequantized
+// weights to f16; a decode step's round x to int8 per 32 values (d = amax / 127).
+// QuantizedExpertsMatchTheReference checks that the float64 reference with that rounding
+// stays within a third of these bars (its largest relative error is ~4e-4 with f16, ~1e-2
+// with int8), while an expert whose weights are another's, or 64 rows of one expert zeroed,
+// cross both paths' bars at every expert type.
+constexpr LogitBars kMoePrefillBars{0.999999, 3e-3};
+constexpr LogitBars kMoeDecodeBars{0.9998, 5e-2};
+
+// Within a third of `bars`.
+void expect_well_within(const LogitDistance& d, const LogitBars& bars, const std::string& what) {
+  EXPECT_LT(1 - d.correlation, (1 - bars.correlation) / 3) << what << ": " << d;
+  EXPECT_LT(d.relative_error, bars.relative_error / 3) << what << ": " << d;
+}
+
+// Rounds each 32 values to int8 with scale amax / 127, as CUDA's one-token expert products
+// stage x.
+void round_to_int8_blocks(std::vector<double>& v) {
+  for (size_t b = 0; b < v.size(); b += 32) {
+    const size_t end = std::min(v.size(), b + 32);
+    float amax = 0;
+    for (size_t i = b; i < end; ++i) amax = std::max(amax, std::abs(static_cast<float>(v[i])));
+    if (amax == 0) continue;
+    const float d = amax / 127.0f, inv = 127.0f / amax;
+    for (size_t i = b; i < end; ++i) {
+      v[i] = std::nearbyint(static_cast<float>(v[i]) * inv) * static_cast<double>(d);
+    }
+  }
+}
+
+void round_to_f16(std::vector<double>& v) {
+  for (double& e : v) e = testing::round_to(DType::f16, static_cast<float>(e));
+}
+
+constexpr DType kQuantizedExpertTypes[] = {DType::q8_0, DType::q4_0, DType::q4_k};
+constexpr const char* kMoeFamilies[] = {"llama", "qwen3moe", "olmoe"};
+
+// The CPU on block-format experts against the float64 reference (the GPU tests compare
+// with the CPU), every position of both paths; and the GPU bars against the rounding of
+// correct CUDA kernels: the reference with CUDA's rounding of the expert inputs (and, for
+// the grouped products, of the weights) stays well within them.
+TEST(LlamaMoe, QuantizedExpertsMatchTheReference) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const char* name : kMoeFamilies) {
+    const LlamaConfig c = quantized_moe_config(name);
+    const auto tokens = tokens_away_from_router_ties(c, seed);
+    for (DType type : kQuantizedExpertTypes) {
+      SCOPED_TRACE(cat(name, " ", dtype_name(type), " experts"));
+      const QuantizedExpertsSource src(c, type, seed);
+      const auto reference = reference_logits(src, tokens, DType::f32);
+      LlamaModel model(testing::cpu_backend(), src, kQuantizedMoeLoad);
+      const MoeRunLogits cpu = run_quantized_moe(model, tokens);
+      // The CPU's expert products take f32 x: ~4e-7 of the largest logit from float64.
+      constexpr LogitBars kCpuBars{1 - 1e-8, 1e-5};
+      expect_within(logit_distance(cpu.prefill, reference_rows(reference, cpu.prefill)), kCpuBars,
+                    "CPU prefill");
+      expect_within(logit_distance(cpu.decode, reference_rows(reference, cpu.decode)), kCpuBars,
+                    "CPU decode");
+      const auto f16 = reference_logits(
+          src, tokens, DType::f32,
+          {.round_expert_input = round_to_f16, .round_expert_weights = round_to_f16});
+      const auto int8 =
+          reference_logits(src, tokens, DType::f32, {.round_expert_input = round_to_int8_blocks});
+      expect_well_within(
+          logit_distance(reference_rows(f16, cpu.prefill), reference_rows(reference, cpu.prefill)),
+          kMoePrefillBars, "f16 rounding of the grouped products");
+      expect_well_within(
+          logit_distance(reference_rows(int8, cpu.decode), reference_rows(reference, cpu.decode)),
+          kMoeDecodeBars, "int8 rounding of the one-token products");
+    }
+  }
+}
+
+// Both GPU tests: the quantized-experts run on the CPU and on CUDA, per family and type.
+void for_each_quantized_moe_on_gpu(
+    const std::function<void(const MoeRunLogits& gpu, const MoeRunLogits& cpu)>& check) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const char* name : kMoeFamilies) {
+    const LlamaConfig c = quantized_moe_config(name);
+    const auto tokens = tokens_away_from_router_ties(c, seed);
+    for (DType type : kQuantizedExpertTypes) {
+      SCOPED_TRACE(cat(name, " ", dtype_name(type), " experts"));
+      const QuantizedExpertsSource src(c, type, seed);
+      LlamaModel a(testing::cpu_backend(), src, kQuantizedMoeLoad);
+      LlamaModel b(make_cuda_backend(0, testing::test_options()), src, kQuantizedMoeLoad);
+      const MoeRunLogits cpu = run_quantized_moe(a, tokens);
+      check(run_quantized_moe(b, tokens), cpu);
+    }
+  }
+}
+
+// The grouped expert products of several tokens (CUDA: mm_id_tc) against the CPU: every
+// position of evaluate() and the last of each prefill chunk.
+TEST(LlamaMoe, GpuQuantizedExpertsPrefillMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  for_each_quantized_moe_on_gpu([](const MoeRunLogits& gpu, const MoeRunLogits& cpu) {
+    expect_within(logit_distance(gpu.prefill, cpu.prefill), kMoePrefillBars,
+                  "prefill (grouped products)");
+  });
+}
+
+// The one-token expert products of decode steps (CUDA: mv_id_x8) against the CPU.
+TEST(LlamaMoe, GpuQuantizedExpertsDecodeMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  for_each_quantized_moe_on_gpu([](const MoeRunLogits& gpu, const MoeRunLogits& cpu) {
+    expect_within(logit_distance(gpu.decode, cpu.decode), kMoeDecodeBars,
+                  "decode (one-token products)");
+  });
 }
 
 }  // namespace
