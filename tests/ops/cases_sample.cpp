@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "onepass/model/sampler.h"
 #include "onepass/ops/sample.h"
 #include "support/op_harness.h"
 
@@ -144,9 +145,39 @@ RowCase random_row(std::mt19937_64& rng, int64_t cols, int64_t max_penalties) {
   return row;
 }
 
+// The host sampler of a row: its options and, remembered, each penalised token `count`
+// times (first entries only, as the op applies them); the row's counter must be 0.
+int32_t host_sampler_token(const double* raw, int64_t cols, const RowCase& row) {
+  const ops::SampleParams& p = row.params;
+  model::SamplerOptions o;
+  o.temperature = p.temperature;
+  o.top_k = p.top_k;
+  o.top_p = p.top_p;
+  o.min_p = p.min_p;
+  o.seed = p.seed;
+  o.repeat_penalty = p.repeat_penalty;
+  o.presence_penalty = p.presence_penalty;
+  o.frequency_penalty = p.frequency_penalty;
+  std::vector<int32_t> seen;
+  std::vector<int32_t> history;
+  for (int32_t i = 0; i < p.penalty_count; ++i) {
+    const ops::SamplePenalty e = row.penalties[static_cast<size_t>(i)];
+    if (e.count <= 0 || e.token < 0 || e.token >= cols || std::count(seen.begin(), seen.end(), e.token) > 0) continue;
+    seen.push_back(e.token);
+    history.insert(history.end(), static_cast<size_t>(e.count), e.token);
+  }
+  o.repeat_last_n = static_cast<int32_t>(std::max<size_t>(history.size(), 1));
+  model::Sampler sampler(o);
+  sampler.remember(history);
+  const std::vector<float> logits(raw, raw + cols);
+  return sampler.sample(logits);
+}
+
 // Runs sample over `logits` with `rows` and compares every row that is not fragile with
-// the reference; at most a few rows may be fragile.
-void run_and_compare(OpContext& c, const TensorView& logits, const std::vector<RowCase>& rows) {
+// the reference (and, with `host_sampler`, with model::Sampler); at most a few rows may
+// be fragile.
+void run_and_compare(OpContext& c, const TensorView& logits, const std::vector<RowCase>& rows,
+                     bool host_sampler = false) {
   const auto n = static_cast<int64_t>(rows.size());
   const int64_t cols = logits.cols();
   int64_t per_row = 0;
@@ -184,6 +215,9 @@ void run_and_compare(OpContext& c, const TensorView& logits, const std::vector<R
                                  << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
                                  << ", penalties " << p.penalty_count << ", seed " << p.seed << ", counter "
                                  << p.counter;
+    if (host_sampler) {
+      EXPECT_EQ(token, host_sampler_token(x.data() + r * cols, cols, row)) << "row " << r;
+    }
   }
   // A row of 128k tokens of similar weight has a CDF boundary every ~8e-6: a fair share of
   // such rows is skipped, but never most of them.
@@ -298,6 +332,17 @@ ONEPASS_OP_CASES(sample) {
       run_and_compare(c, logits, rows);
     }});
   }
+  // The host sampler draws what the op draws (first draws of their seeds).
+  cases.push_back({"sample/matches_host_sampler", [](OpContext& c) {
+    const TensorView logits = c.random_input(DType::f32, {64, 5000}, -8.0f, 8.0f);
+    std::vector<RowCase> rows = random_rows(c, 64, 5000, 24);
+    for (RowCase& r : rows) {
+      r.params.counter = 0;
+      if (r.params.top_p < 1e-6f) r.params.top_p = 1e-6f;  // the sampler's range
+      if (r.params.repeat_penalty <= 0.0f) r.params.repeat_penalty = 1.0f;
+    }
+    run_and_compare(c, logits, rows, /*host_sampler=*/true);
+  }});
   // Top-p edge values on one row: tiny (the most likely token), just below 1, and 1.
   cases.push_back({"sample/top_p_edges", [](OpContext& c) {
     const TensorView logits = c.random_input(DType::f32, {1, 50000}, -6.0f, 6.0f);
