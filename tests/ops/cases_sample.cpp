@@ -325,10 +325,13 @@ ONEPASS_OP_CASES(sample) {
       for (int64_t i = 0; i < cols; ++i) row(8)[i] = i % 2 ? -1.0f : kNan;  // NaNs and a -0 / +0 tie
       row(8)[1] = -0.0f;
       row(8)[5] = 0.0f;
+      row(9)[4] = row(9)[cols - 3] = row(9)[cols / 2] = 5.0f;
       const TensorView logits = c.input_from(DType::f32, {n, cols}, values);
       std::vector<RowCase> rows;
       for (int64_t r = 0; r < n; ++r) rows.push_back(sampled(1.0f, r % 3 == 0 ? 0 : 40, r % 2 ? 0.9f : 1.0f, 0.0f, c.rng()(), static_cast<uint64_t>(r)));
       rows[8] = sampled(1.0f, 2, 1.0f, 0.0f, c.rng()(), 8);
+      rows[9] = sampled(1e-45f, 0, 1.0f, 0.0f, c.rng()(), 9);  // 1 / temperature overflows: the tied maxima
+
       run_and_compare(c, logits, rows);
     }});
   }

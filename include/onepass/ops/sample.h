@@ -101,9 +101,16 @@ ONEPASS_SAMPLE_HD inline float sample_penalise(float v, int32_t count, const Sam
   return v - static_cast<float>(count) * p.frequency_penalty - p.presence_penalty;
 }
 
-/// p = exp((v - max) / temperature) in float (inv_temperature = 1 / temperature).
+/// (max - v) / temperature in float (inv_temperature = 1 / temperature), 0 for v == max
+/// (also when a tiny temperature makes inv_temperature infinite).
+ONEPASS_SAMPLE_HD inline float sample_distance(float v, float max, float inv_temperature) {
+  const float d = max - v;
+  return d == 0.0f ? 0.0f : d * inv_temperature;
+}
+
+/// p = exp((v - max) / temperature) in float.
 ONEPASS_SAMPLE_HD inline float sample_probability(float v, float max, float inv_temperature) {
-  return expf((v - max) * inv_temperature);
+  return expf(-sample_distance(v, max, inv_temperature));
 }
 
 /// p in units of 2^-40, truncated (p <= 1).

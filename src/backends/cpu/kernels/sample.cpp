@@ -55,7 +55,7 @@ int32_t sample_row(const ops::SampleArgs& a, int64_t r, Workspace& w) {
   w.order.clear();
   for (size_t c = 0; c < cols; ++c) {
     const float v = w.values[c];
-    if ((max - v) * inv_t < ops::kSampleNegligibleNats) w.order.emplace_back(v, static_cast<int32_t>(c));
+    if (ops::sample_distance(v, max, inv_t) < ops::kSampleNegligibleNats) w.order.emplace_back(v, static_cast<int32_t>(c));
   }
   auto before = [](const auto& l, const auto& rt) { return l.first > rt.first || (l.first == rt.first && l.second < rt.second); };
   size_t keep = w.order.size();

@@ -90,7 +90,7 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 // Whether v is a candidate (within kSampleNegligibleNats of the max; NaN and -inf are
 // not), and its bucket: 0 nearest the max, monotone in the distance.
 __device__ __forceinline__ bool candidate(const Row& row, float v, uint32_t& bucket) {
-  const float z = (row.max - v) * row.inv_t;
+  const float z = ops::sample_distance(v, row.max, row.inv_t);
   if (!(z < ops::kSampleNegligibleNats)) return false;
   bucket = min(static_cast<uint32_t>(kBuckets - 1), static_cast<uint32_t>(z * row.bucket_scale));
   return true;
