@@ -1,6 +1,6 @@
 // CPU kernel: sample_f32, one row per block. The row's candidates (the tokens that can
-// carry weight) are sorted by (value desc, index asc), then cut and drawn as
-// ops::SampleParams describes.
+// carry weight) are cut and drawn as ops::SampleParams describes, each cut (top-k, top-p /
+// min-p, the draw) found by a quickselect over (value desc, index asc), without a sort.
 #include "onepass/ops/sample.h"
 
 #include <algorithm>
@@ -15,9 +15,21 @@
 namespace onepass::cpu {
 namespace {
 
+// A candidate token: its penalised value, index and weight (ops::sample_weight).
+struct Candidate {
+  float value;
+  int32_t index;
+  uint64_t weight;
+};
+
+// The order of the draw: value descending, ties by lower index (a total order).
+bool before(const Candidate& a, const Candidate& b) {
+  return a.value > b.value || (a.value == b.value && a.index < b.index);
+}
+
 struct Workspace {
-  std::vector<float> values;                     // the penalised row
-  std::vector<std::pair<float, int32_t>> order;  // candidates, sorted by value desc, index asc
+  std::vector<float> values;          // the penalised row
+  std::vector<Candidate> candidates;  // partitioned in place by cut()
 };
 
 // The first index of the largest non-NaN value; 0 when there is none.
@@ -31,6 +43,38 @@ int32_t first_argmax(const std::vector<float>& v) {
     }
   }
   return index < 0 ? 0 : index;
+}
+
+struct Prefix {
+  size_t length;    // candidates in it
+  uint64_t weight;  // their total weight
+};
+
+// Rearranges c[0, n) so that the shortest prefix of the order whose length reaches
+// `length_limit` or whose weight reaches `weight_limit` comes first (in some order), and
+// returns it; all n when neither limit is reached. A quickselect: expected O(n), no sort.
+Prefix cut(std::vector<Candidate>& c, size_t n, uint64_t length_limit, uint64_t weight_limit) {
+  size_t lo = 0, hi = n;
+  uint64_t weight = 0;  // of c[0, lo), which is in the prefix
+  while (lo < hi) {
+    std::swap(c[lo + (hi - lo) / 2], c[hi - 1]);
+    const Candidate pivot = c[hi - 1];
+    const auto mid = static_cast<size_t>(
+        std::partition(c.begin() + static_cast<std::ptrdiff_t>(lo), c.begin() + static_cast<std::ptrdiff_t>(hi - 1),
+                       [&](const Candidate& x) { return before(x, pivot); }) -
+        c.begin());
+    std::swap(c[mid], c[hi - 1]);
+    uint64_t ahead = 0;  // weight of c[lo, mid), the candidates before the pivot
+    for (size_t i = lo; i < mid; ++i) ahead += c[i].weight;
+    if (mid > lo && (mid >= length_limit || weight + ahead >= weight_limit)) {
+      hi = mid;  // the prefix ends before the pivot
+      continue;
+    }
+    weight += ahead + pivot.weight;
+    if (mid + 1 >= length_limit || weight >= weight_limit) return {mid + 1, weight};
+    lo = mid + 1;
+  }
+  return {n, weight};
 }
 
 int32_t sample_row(const ops::SampleArgs& a, int64_t r, Workspace& w) {
@@ -50,52 +94,35 @@ int32_t sample_row(const ops::SampleArgs& a, int64_t r, Workspace& w) {
   const float max = w.values[static_cast<size_t>(argmax)];
   if (ops::sample_is_greedy(p) || !std::isfinite(max)) return argmax;  // NaN (none), +inf, -inf
 
-  // Candidates: every token within kSampleNegligibleNats of the max (the others weigh 0).
+  // Candidates: every token within kSampleNegligibleNats of the max (the others weigh 0),
+  // and how many have p >= min_p.
   const float inv_t = 1.0f / p.temperature;
-  w.order.clear();
+  w.candidates.clear();
+  size_t min_p_count = 0;
+  uint64_t total = 0;
   for (size_t c = 0; c < cols; ++c) {
     const float v = w.values[c];
-    if (ops::sample_distance(v, max, inv_t) < ops::kSampleNegligibleNats) w.order.emplace_back(v, static_cast<int32_t>(c));
+    if (!(ops::sample_distance(v, max, inv_t) < ops::kSampleNegligibleNats)) continue;
+    const float probability = ops::sample_probability(v, max, inv_t);
+    min_p_count += probability >= p.min_p;
+    w.candidates.push_back({v, static_cast<int32_t>(c), ops::sample_weight(probability)});
+    total += w.candidates.back().weight;
   }
-  auto before = [](const auto& l, const auto& rt) { return l.first > rt.first || (l.first == rt.first && l.second < rt.second); };
-  size_t keep = w.order.size();
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
-    keep = static_cast<size_t>(p.top_k);
-    std::partial_sort(w.order.begin(), w.order.begin() + static_cast<std::ptrdiff_t>(keep), w.order.end(), before);
-  } else {
-    std::sort(w.order.begin(), w.order.end(), before);
+  constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
+  Prefix kept{w.candidates.size(), total};
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < kept.length) {
+    kept = cut(w.candidates, kept.length, static_cast<uint64_t>(p.top_k), kNone);
   }
-  auto weight = [&](size_t i) { return ops::sample_weight(ops::sample_probability(w.order[i].first, max, inv_t)); };
-  size_t min_p_keep = keep;
-  if (p.min_p > 0.0f) {
-    // As many tokens as have p >= min_p (counted over all candidates, as the CUDA kernel does).
-    size_t n = 0;
-    for (const auto& [v, c] : w.order) n += ops::sample_probability(v, max, inv_t) >= p.min_p;
-    min_p_keep = std::min(keep, n);
+  // Top-p of the top-k tokens' weight and min-p: the shorter prefix.
+  const uint64_t by_min_p = p.min_p > 0.0f ? std::max<uint64_t>(min_p_count, 1) : kNone;
+  const bool top_p = p.top_p < 1.0f;
+  if (top_p || by_min_p < kept.length) {
+    kept = cut(w.candidates, kept.length, by_min_p, top_p ? ops::sample_top_p_target(p.top_p, kept.weight) : kNone);
   }
-  if (p.top_p < 1.0f) {
-    uint64_t total = 0;
-    for (size_t i = 0; i < keep; ++i) total += weight(i);
-    const uint64_t target = ops::sample_top_p_target(p.top_p, total);
-    uint64_t acc = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += weight(i);
-      if (acc >= target) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  keep = std::max<size_t>(std::min(keep, min_p_keep), 1);
-  uint64_t total = 0;
-  for (size_t i = 0; i < keep; ++i) total += weight(i);
-  const uint64_t target = ops::sample_draw_target(ops::sample_uniform(p.seed, p.counter), total);
-  uint64_t acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += weight(i);
-    if (acc > target) return w.order[i].second;
-  }
-  return w.order[keep - 1].second;  // not reached: the total exceeds the target
+  // The draw: the first token whose cumulative weight exceeds floor(u x total).
+  const uint64_t target = ops::sample_draw_target(ops::sample_uniform(p.seed, p.counter), kept.weight);
+  const Prefix drawn = cut(w.candidates, kept.length, kNone, target + 1);
+  return w.candidates[drawn.length - 1].index;
 }
 
 void sample_kernel(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
