@@ -253,7 +253,7 @@ ONEPASS_OP_CASES(sample) {
   };
   const Shape shapes[] = {{1, 1, 1.0f},      {5, 7, 3.0f},       {16, 333, 10.0f},  {8, 4097, 2.0f},
                           {64, 1000, 20.0f}, {3, 32001, 10.0f},  {2, 128256, 12.0f}, {1, 128256, 0.5f},
-                          {64, 2048, 8.0f},  {12, 128256, 30.0f}};
+                          {64, 2048, 8.0f},  {12, 128256, 30.0f}, {64, 128256, 15.0f}};
   for (const Shape sh : shapes) {
     cases.push_back({cat("sample/random_", sh.rows, "x", sh.cols, "_range", sh.range), [=](OpContext& c) {
       const TensorView logits = c.random_input(DType::f32, {sh.rows, sh.cols}, -sh.range, sh.range);
