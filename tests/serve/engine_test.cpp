@@ -71,9 +71,13 @@ struct TinyModel {
   std::unique_ptr<model::ModelSource> source = model::make_random_source(tiny_config(), DType::f32, 7);
   model::Tokenizer tokenizer{model::synthesize_bpe_vocab(300, "gpt2", 1)};
   model::LlamaModel llama;
-  explicit TinyModel(int64_t context = 64, int64_t sequences = 0, int64_t kv_blocks = 0)
+  explicit TinyModel(int64_t context = 64, int64_t sequences = 0, int64_t kv_blocks = 0, int64_t sample_penalties = 64)
       : llama(backend, *source,
-              model::LoadOptions{.context = context, .max_batch = 16, .sequences = sequences, .kv_blocks = kv_blocks}) {}
+              model::LoadOptions{.context = context,
+                                 .max_batch = 16,
+                                 .sequences = sequences,
+                                 .kv_blocks = kv_blocks,
+                                 .sample_penalties = sample_penalties}) {}
 };
 
 // Collects a request's updates.
@@ -447,6 +451,28 @@ TEST(EngineParallel, SeededSampledRequestGivesTheSameTextAloneAndInABatch) {
   EXPECT_FALSE(alone.empty());
   EXPECT_NE(other_seed, alone) << "another seed gave the same sampled text";
   EXPECT_EQ(one_at_a_time, alone);
+}
+
+// A request whose penalty window holds more distinct tokens than a sampled step carries is
+// sampled on the host from downloaded logits: the same text as the device draws.
+TEST(EngineParallel, PenaltyWindowsBeyondTheDeviceListSampleOnTheHost) {
+  Request r{.prompt = prompt_of(4), .max_tokens = 16};
+  r.sampling.temperature = 1.1f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.frequency_penalty = 0.5f;
+  r.sampling.repeat_last_n = 32;
+  r.sampling.seed = 77;
+  auto text_of = [&](int64_t sample_penalties) {
+    TinyModel m(64, 2, 0, sample_penalties);
+    Engine engine(m.llama, m.tokenizer, EngineOptions{.parallel = 2, .prefill_chunk = 3});
+    Collector c;
+    engine.submit(r, c.callback());
+    c.wait();
+    return c.text;
+  };
+  const std::string on_device = text_of(64);
+  EXPECT_FALSE(on_device.empty());
+  EXPECT_EQ(text_of(2), on_device);  // from the third distinct token on: host sampling
 }
 
 TEST(EngineParallel, NeedsAModelWithAPool) {
