@@ -150,6 +150,25 @@ struct LlamaModel::Buffers {
   BufferView batch_host, batch_dev;
   TensorView step_logits;  // f32 [sequences, vocab]
   TensorView step_argmax;  // i32 [sequences]
+  // Sampled steps: for L logit rows, packed for L, ops::SampleParams [L] then penalty
+  // entries [L, sample_penalties]; and the drawn tokens.
+  int64_t sample_penalties = 0;
+  BufferView sample_host, sample_dev;
+  TensorView step_tokens;  // i32 [sequences]
+  size_t sample_bytes(int64_t logit_rows) const {
+    return static_cast<size_t>(logit_rows) *
+           (sizeof(ops::SampleParams) + static_cast<size_t>(sample_penalties) * sizeof(ops::SamplePenalty));
+  }
+  TensorView sample_params(int64_t logit_rows) const {
+    const auto bytes = static_cast<int64_t>(sizeof(ops::SampleParams));
+    return TensorView(sample_dev.slice(0, static_cast<size_t>(logit_rows * bytes)), DType::u8, Shape{logit_rows, bytes});
+  }
+  TensorView sample_penalty_rows(int64_t logit_rows) const {
+    if (sample_penalties == 0) return TensorView{};
+    const size_t offset = static_cast<size_t>(logit_rows) * sizeof(ops::SampleParams);
+    return TensorView(sample_dev.slice(offset, sample_bytes(logit_rows) - offset), DType::i32,
+                      Shape{logit_rows, 2 * sample_penalties});
+  }
   static constexpr int64_t kBatchFields = 5;
   size_t batch_bytes(int64_t rows) const { return static_cast<size_t>(rows * (kBatchFields + max_blocks)) * 4; }
   TensorView batch_field(int64_t rows, int64_t field) const {
@@ -466,6 +485,14 @@ void LlamaModel::allocate_pool() {
   std::memset(buf.batch_host.data(), 0, bytes);
   buf.step_logits = b.alloc_tensor(DType::f32, Shape{options_.sequences, c.vocab_size});
   buf.step_argmax = b.alloc_tensor(DType::i32, Shape{options_.sequences});
+  check(options_.sample_penalties >= 0 && options_.sample_penalties <= ops::kSampleMaxPenalties, "model",
+        "sample_penalties must be in 0..", ops::kSampleMaxPenalties, ", got ", options_.sample_penalties);
+  buf.sample_penalties = options_.sample_penalties;
+  const size_t sample_bytes = buf.sample_bytes(options_.sequences);
+  buf.sample_host = b.alloc_host_visible(sample_bytes);
+  buf.sample_dev = b.alloc(sample_bytes);
+  std::memset(buf.sample_host.data(), 0, sample_bytes);
+  buf.step_tokens = b.alloc_tensor(DType::i32, Shape{options_.sequences});
 }
 
 KvBlockPool& LlamaModel::kv_pool() {
@@ -558,7 +585,7 @@ void LlamaModel::emit_forward(GraphSession& s, int64_t n, bool decode_step, bool
 }
 
 void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bool all_logits,
-                      int64_t step_logit_rows) {
+                      int64_t step_logit_rows, bool step_sample) {
   const LlamaConfig& c = config_;
   const Buffers& b = *buffers_;
   const bool paged = step_logit_rows > 0;
@@ -760,9 +787,19 @@ void LlamaModel::emit(GraphSession& s, int64_t n, bool decode_step, bool fed, bo
     ops::rms_norm(s, chosen, output_norm_, chosen_norm, c.norm_eps);
     run_linear(s, chosen_norm, output_, logits);
     if (c.final_softcap > 0) ops::softcap(s, logits, c.final_softcap, logits);
-    ops::argmax(s, logits, argmax);
     s.keep(logits);
-    s.keep(argmax);
+    if (step_sample) {
+      // Each row's parameters and penalised tokens, written by the host before the launch.
+      const size_t bytes = b.sample_bytes(step_logit_rows);
+      ops::copy_bytes(s, b.sample_host.slice(0, bytes), b.sample_dev.slice(0, bytes));
+      const TensorView tokens(b.step_tokens.view.slice(0, static_cast<size_t>(step_logit_rows) * 4), DType::i32,
+                              Shape{step_logit_rows});
+      ops::sample(s, logits, b.sample_params(step_logit_rows), b.sample_penalty_rows(step_logit_rows), tokens);
+      s.keep(tokens);
+    } else {
+      ops::argmax(s, logits, argmax);
+      s.keep(argmax);
+    }
     return;
   }
   // Only the last token's logits are needed.
@@ -976,18 +1013,28 @@ int64_t bucket(int64_t n, int64_t most) {
 
 }  // namespace
 
-CapturedGraph& LlamaModel::step_graph(int64_t rows, int64_t logit_rows) {
+CapturedGraph& LlamaModel::step_graph(int64_t rows, int64_t logit_rows, bool sample) {
   auto found = std::find_if(step_graphs_.begin(), step_graphs_.end(), [&](const StepGraph& g) {
-    return g.rows == rows && g.logit_rows == logit_rows;
+    return g.rows == rows && g.logit_rows == logit_rows && g.sample == sample;
   });
   if (found != step_graphs_.end()) return *found->graph;
   GraphSession s = executor_.begin_recorded();
-  emit(s, rows, false, false, false, logit_rows);
-  step_graphs_.push_back({rows, logit_rows, std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture)});
+  emit(s, rows, false, false, false, logit_rows, sample);
+  step_graphs_.push_back(
+      {rows, logit_rows, sample, std::make_unique<CapturedGraph>(*backend_, s.take_graph(), options_.capture)});
   return *step_graphs_.back().graph;
 }
 
 BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logits) {
+  return run_step(rows, download_logits, nullptr);
+}
+
+BatchResult LlamaModel::step(std::span<const BatchRow> rows, std::span<const RowSampling> sampling) {
+  return run_step(rows, false, &sampling);
+}
+
+BatchResult LlamaModel::run_step(std::span<const BatchRow> rows, bool download_logits,
+                                 const std::span<const RowSampling>* sampling) {
   KvBlockPool& pool = kv_pool();
   const Buffers& b = *buffers_;
   const auto n = static_cast<int64_t>(rows.size());
@@ -1031,6 +1078,18 @@ BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logit
   }
   check(logit_count <= b.step_logits.rows(), "model", "a batched step asks for ", logit_count,
         " rows of logits; at most ", b.step_logits.rows(), " (LoadOptions::sequences)");
+  if (sampling != nullptr) {
+    check(static_cast<int64_t>(sampling->size()) == logit_count, "model", "a sampled step has ", sampling->size(),
+          " row samplings for ", logit_count, " rows with logits; expected one each");
+    for (size_t i = 0; i < sampling->size(); ++i) {
+      const RowSampling& r = (*sampling)[i];
+      check(r.params.penalty_count >= 0 && static_cast<size_t>(r.params.penalty_count) == r.penalties.size() &&
+                r.params.penalty_count <= b.sample_penalties,
+            "model", "row sampling ", i, " of a sampled step has ", r.penalties.size(), " penalised tokens (penalty_count ",
+            r.params.penalty_count, "); expected penalty_count entries, at most ", b.sample_penalties,
+            " (LoadOptions::sample_penalties)");
+    }
+  }
   // The blocks of all sequences, or none.
   int64_t needed = 0;
   for (const auto& [sequence, length] : lengths) needed += pool.blocks_needed(sequence, length);
@@ -1070,17 +1129,37 @@ BatchResult LlamaModel::step(std::span<const BatchRow> rows, bool download_logit
     if (r.logits) logit_index[next_logit++] = static_cast<int32_t>(i);
   }
   for (int64_t i = next_logit; i < logit_rows; ++i) logit_index[i] = 0;
+  const bool sampled = sampling != nullptr;
+  if (sampled) {
+    // Parameters of the padded rows are zero: greedy, no penalties.
+    auto* bytes = static_cast<uint8_t*>(b.sample_host.data());
+    std::memset(bytes, 0, b.sample_bytes(logit_rows));
+    auto* params = reinterpret_cast<ops::SampleParams*>(bytes);
+    auto* entries = reinterpret_cast<ops::SamplePenalty*>(bytes + static_cast<size_t>(logit_rows) * sizeof(ops::SampleParams));
+    for (size_t i = 0; i < sampling->size(); ++i) {
+      const RowSampling& r = (*sampling)[i];
+      params[i] = r.params;
+      std::copy(r.penalties.begin(), r.penalties.end(), entries + static_cast<int64_t>(i) * b.sample_penalties);
+    }
+  }
 
   if (options_.replay) {
-    step_graph(padded, logit_rows).run();
+    step_graph(padded, logit_rows, sampled).run();
   } else {
     GraphSession s = executor_.begin_recorded();
-    emit(s, padded, false, false, false, logit_rows);
+    emit(s, padded, false, false, false, logit_rows, sampled);
     s.finish({.fuse = true, .encoding = Encoding::dataflow});
   }
 
   const auto vocab = static_cast<size_t>(config_.vocab_size);
   const auto count = static_cast<size_t>(logit_count);
+  if (sampled) {
+    step_tokens_.resize(count);
+    if (count > 0) b.step_tokens.view.read(step_tokens_.data(), count * 4);
+    BatchResult result;
+    result.tokens = step_tokens_;
+    return result;
+  }
   step_argmax_.resize(count);
   if (count > 0) b.step_argmax.view.read(step_argmax_.data(), count * 4);
   BatchResult result;

@@ -15,6 +15,8 @@ void SamplerOptions::validate() const {
   check(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f, "sampler",
         "repeat penalty must be above 0 (1 = off), got ", repeat_penalty);
   check(repeat_last_n >= 0, "sampler", "repeat-last-n must be >= 0, got ", repeat_last_n);
+  check(std::isfinite(presence_penalty), "sampler", "presence penalty must be finite");
+  check(std::isfinite(frequency_penalty), "sampler", "frequency penalty must be finite");
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -33,9 +35,7 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
-  options_.validate();
-}
+Sampler::Sampler(const SamplerOptions& options) : options_(options) { options_.validate(); }
 
 void Sampler::remember_one(int32_t token) {
   if (options_.repeat_last_n <= 0) return;
@@ -47,33 +47,74 @@ void Sampler::remember(std::span<const int32_t> tokens) {
   for (const int32_t token : tokens) remember_one(token);
 }
 
+void Sampler::accept(int32_t token) {
+  remember_one(token);
+  ++draws_;
+}
+
+void Sampler::penalties(std::vector<ops::SamplePenalty>& out) const {
+  out.clear();
+  if (!options_.penalizes()) return;
+  std::vector<int32_t> tokens(recent_.begin(), recent_.end());
+  std::sort(tokens.begin(), tokens.end());
+  for (const int32_t token : tokens) {
+    if (!out.empty() && out.back().token == token) {
+      ++out.back().count;
+    } else {
+      out.push_back({token, 1});
+    }
+  }
+}
+
+ops::SampleParams Sampler::device_params() const {
+  ops::SampleParams p;
+  p.temperature = options_.temperature;
+  p.top_k = options_.top_k;
+  p.top_p = options_.top_p;
+  p.min_p = options_.min_p;
+  p.repeat_penalty = options_.repeat_penalty;
+  p.presence_penalty = options_.presence_penalty;
+  p.frequency_penalty = options_.frequency_penalty;
+  if (options_.penalizes()) {
+    // Distinct tokens of the window, counted without building the list.
+    std::vector<int32_t> tokens(recent_.begin(), recent_.end());
+    std::sort(tokens.begin(), tokens.end());
+    p.penalty_count = static_cast<int32_t>(std::unique(tokens.begin(), tokens.end()) - tokens.begin());
+  }
+  p.seed = options_.seed;
+  p.counter = draws_;
+  return p;
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
   check(!logits.empty(), "sampler", "empty logits");
   std::vector<float> penalised_logits;
   if (options_.penalizes() && !recent_.empty()) {
-    // Each distinct recent token is penalised once, however often it occurred.
+    // Each distinct recent token is penalised once, by its count in the window.
     penalised_logits.assign(logits.begin(), logits.end());
-    penalised_.assign(recent_.begin(), recent_.end());
-    std::sort(penalised_.begin(), penalised_.end());
-    penalised_.erase(std::unique(penalised_.begin(), penalised_.end()), penalised_.end());
-    for (const int32_t token : penalised_) {
-      if (token < 0 || static_cast<size_t>(token) >= logits.size()) continue;
-      float& v = penalised_logits[static_cast<size_t>(token)];
-      v = v > 0.0f ? v / options_.repeat_penalty : v * options_.repeat_penalty;
+    penalties(penalised_);
+    const ops::SampleParams params = device_params();
+    for (const ops::SamplePenalty& e : penalised_) {
+      if (e.token < 0 || static_cast<size_t>(e.token) >= logits.size()) continue;
+      float& v = penalised_logits[static_cast<size_t>(e.token)];
+      v = ops::sample_penalise(v, e.count, params);
     }
     logits = penalised_logits;
   }
-  const int32_t token = options_.greedy() ? argmax(logits) : sample_distribution(logits);
-  remember_one(token);
+  const int32_t best = argmax(logits);
+  const float top = logits[static_cast<size_t>(best)];
+  // A row whose largest value is infinite (or that has no number) has no distribution.
+  const bool greedy = options_.greedy() || !std::isfinite(top);
+  const int32_t token = greedy ? best : sample_distribution(logits, draws_);
+  accept(token);
   return token;
 }
 
-int32_t Sampler::sample_distribution(std::span<const float> logits) {
+int32_t Sampler::sample_distribution(std::span<const float> logits, uint64_t draw) {
   candidates_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (!std::isnan(logits[i])) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
+    if (!std::isnan(logits[i])) candidates_.emplace_back(ops::sample_canonical(logits[i]), static_cast<int32_t>(i));
   }
-  if (candidates_.empty()) return 0;
   // Highest first; ties by lower index so results do not depend on the sort.
   auto higher = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t keep = candidates_.size();
@@ -114,8 +155,8 @@ int32_t Sampler::sample_distribution(std::span<const float> logits) {
     total = 0.0;
     for (size_t i = 0; i < keep; ++i) total += probs[i];
   }
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  const double r = uniform(rng_);
+  // Inverse CDF at the draw's u, in the order above.
+  const double r = ops::sample_uniform(options_.seed, draw) * total;
   double acc = 0.0;
   for (size_t i = 0; i < keep; ++i) {
     acc += probs[i];

@@ -349,6 +349,7 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;
   size_t in_cache = 0;
   model::Sampler sampler;
+  std::vector<ops::SamplePenalty> penalties;  // the sampler's penalised tokens, for a sampled step
   model::Detokenizer detokenizer;
   StopMatcher stops;
   bool device_greedy;     // greedy without a penalty: the step's argmax, no logits download
@@ -547,11 +548,32 @@ void Engine::work_batched() {
       continue;
     }
 
+    // Greedy rows without penalties take the argmax. Otherwise every row with logits is
+    // drawn on the device (ops::sample, the sampler's parameters and penalised tokens),
+    // unless one carries more penalised tokens than a sampled step holds: then the logits
+    // come back and each request samples on the host.
+    bool sample = false;
     bool download = false;
-    for (const Sequence* q : with_logits) download = download || !q->device_greedy;
+    std::vector<model::RowSampling> sampling;
+    for (const Sequence* q : with_logits) sample = sample || !q->device_greedy;
+    if (sample) {
+      for (Sequence* q : with_logits) {
+        q->sampler.penalties(q->penalties);
+        download = download || static_cast<int64_t>(q->penalties.size()) > llama.max_sample_penalties();
+        ops::SampleParams params = q->sampler.device_params();
+        params.penalty_count = static_cast<int32_t>(q->penalties.size());
+        sampling.push_back({params, q->penalties});
+      }
+    }
     model::BatchResult result;
     try {
-      result = llama.step(rows, download);
+      if (download) {
+        result = llama.step(rows, true);
+      } else if (sample) {
+        result = llama.step(rows, sampling);
+      } else {
+        result = llama.step(rows, false);
+      }
     } catch (const model::KvPoolFull&) {
       // The plan above fits the free blocks; should the pool disagree, make room and retry.
       preempt_newest();
@@ -588,7 +610,13 @@ void Engine::work_batched() {
     const auto vocab = static_cast<size_t>(llama.config().vocab_size);
     for (size_t k = 0; k < with_logits.size(); ++k) {
       Sequence& q = *with_logits[k];
-      const int32_t next = q.device_greedy ? result.argmax[k] : q.sampler.sample(result.logits.subspan(k * vocab, vocab));
+      int32_t next = 0;
+      if (download && !q.device_greedy) {
+        next = q.sampler.sample(result.logits.subspan(k * vocab, vocab));
+      } else {
+        next = sample && !download ? result.tokens[k] : result.argmax[k];
+        q.sampler.accept(next);
+      }
       if (accept(q, next)) finish(q);
     }
     std::erase_if(active, [](const auto& q) { return q->finished; });

@@ -161,6 +161,51 @@ TEST(Sampler, RepeatPenaltyMatchesAFloat64Reference) {
   }
 }
 
+TEST(Sampler, PresenceAndFrequencyPenaltiesMatchAFloat64Reference) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  const std::vector<float> logits = testing::random_floats(6, seed, -1.0f, 1.0f);
+  SamplerOptions o;
+  o.temperature = 1.0f;
+  o.presence_penalty = 0.6f;
+  o.frequency_penalty = 0.3f;
+  o.repeat_last_n = 4;
+  // Window {2, 5, 5, 0}: 2 and 0 once, 5 twice; 3 fell out of it.
+  std::vector<double> wide(logits.begin(), logits.end());
+  wide[2] -= 0.6 + 0.3;
+  wide[0] -= 0.6 + 0.3;
+  wide[5] -= 0.6 + 2 * 0.3;
+  const std::vector<double> expected = reference_distribution(wide, 1.0, 0.0);
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    o.seed = seed + static_cast<uint64_t>(i);
+    Sampler s(o);
+    s.remember(std::vector<int32_t>{3, 2, 5, 5, 0});
+    counts[s.sample(logits)]++;
+  }
+  for (size_t t = 0; t < expected.size(); ++t) {
+    const double sd = std::sqrt(expected[t] * (1 - expected[t]) / n);
+    EXPECT_NEAR(counts[static_cast<int>(t)] / static_cast<double>(n), expected[t], 5 * sd) << "token " << t;
+  }
+  // What the device needs for the same draw: the window's tokens with their counts.
+  Sampler s(o);
+  s.remember(std::vector<int32_t>{3, 2, 5, 5, 0});
+  std::vector<ops::SamplePenalty> entries;
+  s.penalties(entries);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].token, 0);
+  EXPECT_EQ(entries[0].count, 1);
+  EXPECT_EQ(entries[1].token, 2);
+  EXPECT_EQ(entries[2].token, 5);
+  EXPECT_EQ(entries[2].count, 2);
+  EXPECT_EQ(s.device_params().penalty_count, 3);
+  EXPECT_EQ(s.device_params().counter, 0u);
+  s.accept(1);
+  EXPECT_EQ(s.draws(), 1u);
+  EXPECT_EQ(s.device_params().counter, 1u);
+}
+
 TEST(Sampler, GreedyWithARepeatPenaltyAvoidsRecentTokens) {
   const std::vector<float> logits = {2.0f, 1.9f, -1.0f, -1.05f};
   SamplerOptions o;

@@ -71,9 +71,13 @@ struct TinyModel {
   std::unique_ptr<model::ModelSource> source = model::make_random_source(tiny_config(), DType::f32, 7);
   model::Tokenizer tokenizer{model::synthesize_bpe_vocab(300, "gpt2", 1)};
   model::LlamaModel llama;
-  explicit TinyModel(int64_t context = 64, int64_t sequences = 0, int64_t kv_blocks = 0)
+  explicit TinyModel(int64_t context = 64, int64_t sequences = 0, int64_t kv_blocks = 0, int64_t sample_penalties = 64)
       : llama(backend, *source,
-              model::LoadOptions{.context = context, .max_batch = 16, .sequences = sequences, .kv_blocks = kv_blocks}) {}
+              model::LoadOptions{.context = context,
+                                 .max_batch = 16,
+                                 .sequences = sequences,
+                                 .kv_blocks = kv_blocks,
+                                 .sample_penalties = sample_penalties}) {}
 };
 
 // Collects a request's updates.
@@ -391,6 +395,84 @@ TEST(EngineParallel, CancelFreesTheBlocksAndOthersContinue) {
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.requests_cancelled, 1u);
+}
+
+// A seeded sampled request (temperature, top-k, top-p, min-p, penalties) draws on the device
+// in the batched engine. Its draws depend only on its own logits and (seed, token index), so
+// it gives the same text alone and inside a batch of other requests (greedy and sampled,
+// prefilled in chunks around it) as long as its logits are the same: here every step has at
+// most 8 rows, so every product is the matrix-vector kernel, whose rows do not depend on
+// each other. The one-at-a-time engine's host Sampler draws the same text.
+TEST(EngineParallel, SeededSampledRequestGivesTheSameTextAloneAndInABatch) {
+  TinyModel m(64, 2);
+  auto sampled = [](int i, uint64_t seed) {
+    Request r{.prompt = prompt_of(i), .max_tokens = 16};
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_k = 40;
+    r.sampling.top_p = 0.95f;
+    r.sampling.min_p = 0.02f;
+    r.sampling.repeat_penalty = 1.2f;
+    r.sampling.presence_penalty = 0.3f;
+    r.sampling.frequency_penalty = 0.1f;
+    r.sampling.seed = seed;
+    return r;
+  };
+  auto run_alone = [&](Engine& engine, const Request& r) {
+    Collector c;
+    engine.submit(r, c.callback());
+    c.wait();
+    return c.text;
+  };
+  std::string alone, other_seed, one_at_a_time;
+  {
+    Engine engine(m.llama, m.tokenizer, EngineOptions{.parallel = 2, .prefill_chunk = 3});
+    alone = run_alone(engine, sampled(3, 4242));
+    other_seed = run_alone(engine, sampled(3, 4243));
+    // The same request among five others: sampled ones with other seeds and greedy ones.
+    std::vector<std::unique_ptr<Collector>> collectors;
+    std::vector<Request> requests;
+    for (int i = 0; i < 6; ++i) {
+      Request r = i == 3 ? sampled(3, 4242) : sampled(i + 6, 100 + static_cast<uint64_t>(i));
+      if (i % 3 == 1) r.sampling.temperature = 0.0f;
+      requests.push_back(r);
+      collectors.push_back(std::make_unique<Collector>());
+    }
+    for (int i = 0; i < 6; ++i) engine.submit(requests[static_cast<size_t>(i)], collectors[static_cast<size_t>(i)]->callback());
+    for (auto& c : collectors) c->wait();
+    EXPECT_EQ(collectors[3]->text, alone);
+    // Other sampled requests of the batch, run alone afterwards.
+    EXPECT_EQ(run_alone(engine, requests[0]), collectors[0]->text);
+    EXPECT_EQ(run_alone(engine, requests[5]), collectors[5]->text);
+  }
+  {
+    Engine engine(m.llama, m.tokenizer);
+    one_at_a_time = run_alone(engine, sampled(3, 4242));
+  }
+  EXPECT_FALSE(alone.empty());
+  EXPECT_NE(other_seed, alone) << "another seed gave the same sampled text";
+  EXPECT_EQ(one_at_a_time, alone);
+}
+
+// A request whose penalty window holds more distinct tokens than a sampled step carries is
+// sampled on the host from downloaded logits: the same text as the device draws.
+TEST(EngineParallel, PenaltyWindowsBeyondTheDeviceListSampleOnTheHost) {
+  Request r{.prompt = prompt_of(4), .max_tokens = 16};
+  r.sampling.temperature = 1.1f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.frequency_penalty = 0.5f;
+  r.sampling.repeat_last_n = 32;
+  r.sampling.seed = 77;
+  auto text_of = [&](int64_t sample_penalties) {
+    TinyModel m(64, 2, 0, sample_penalties);
+    Engine engine(m.llama, m.tokenizer, EngineOptions{.parallel = 2, .prefill_chunk = 3});
+    Collector c;
+    engine.submit(r, c.callback());
+    c.wait();
+    return c.text;
+  };
+  const std::string on_device = text_of(64);
+  EXPECT_FALSE(on_device.empty());
+  EXPECT_EQ(text_of(2), on_device);  // from the third distinct token on: host sampling
 }
 
 TEST(EngineParallel, NeedsAModelWithAPool) {

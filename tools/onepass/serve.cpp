@@ -303,6 +303,8 @@ class Server {
     r.sampling.min_p = number_field<float>(body, "min_p", 0.0f, 0.0, 1.0);
     r.sampling.repeat_penalty = number_field<float>(body, "repeat_penalty", 1.0f, 1e-3, 100.0);
     r.sampling.repeat_last_n = number_field<int32_t>(body, "repeat_last_n", 64, 0, 1e6);
+    r.sampling.presence_penalty = number_field<float>(body, "presence_penalty", 0.0f, -2.0, 2.0);
+    r.sampling.frequency_penalty = number_field<float>(body, "frequency_penalty", 0.0f, -2.0, 2.0);
     if (const auto it = body.find("seed"); it != body.end() && !it->is_null()) {
       if (!it->is_number_integer()) throw BadRequest{"'seed' must be an integer", "seed"};
       r.sampling.seed = it->get<uint64_t>();

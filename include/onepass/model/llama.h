@@ -17,6 +17,7 @@
 #include "onepass/exec/graph_session.h"
 #include "onepass/model/kv_pool.h"
 #include "onepass/model/model_source.h"
+#include "onepass/ops/sample.h"
 
 namespace onepass::model {
 
@@ -51,6 +52,10 @@ struct LoadOptions {
   /// Positions per block. 16: a sequence wastes at most 15 positions of its last block,
   /// and a block's rows of one head (16 x head_dim) are still long contiguous reads.
   int64_t kv_block_size = 16;
+  /// Sampled batched steps: penalised tokens (distinct tokens of a sequence's penalty
+  /// window) a row may carry (at most ops::kSampleMaxPenalties). 64 covers the default
+  /// window of 64 tokens; each row's entries are copied to the device every step.
+  int64_t sample_penalties = 64;
   /// Called while weights upload: fraction done and the tensor being loaded.
   std::function<void(double, const std::string&)> progress;
 };
@@ -95,10 +100,18 @@ struct BatchRow {
   bool logits = false;   // the step returns this row's logits and argmax
 };
 
+/// How a sampled batched step draws the token of one row with logits: ops::sample's
+/// parameters and the row's penalised tokens (params.penalty_count of them).
+struct RowSampling {
+  ops::SampleParams params;
+  std::span<const ops::SamplePenalty> penalties;
+};
+
 /// What a batched step returns, for its rows with logits set, in row order.
 struct BatchResult {
   std::span<const float> logits;    // [rows, vocab] row-major (empty when not downloaded)
-  std::span<const int32_t> argmax;  // the largest logit's index per row
+  std::span<const int32_t> argmax;  // the largest logit's index per row (not in a sampled step)
+  std::span<const int32_t> tokens;  // a sampled step: the token drawn for each row
 };
 
 class LlamaModel {
@@ -143,6 +156,8 @@ class LlamaModel {
   int64_t max_step_rows() const;
   /// Most rows with logits of one batched step (LoadOptions::sequences).
   int64_t max_sequences() const { return options_.sequences; }
+  /// Most penalised tokens of a row of a sampled step (LoadOptions::sample_penalties).
+  int64_t max_sample_penalties() const { return options_.sample_penalties; }
   /// One forward pass over rows of many sequences of kv_pool(): decode tokens of several
   /// sequences, prefill chunks, or both mixed. A row at position p sees positions 0..p of
   /// its sequence: those written by earlier steps and by this step's rows. Grows each
@@ -151,6 +166,12 @@ class LlamaModel {
   /// per bucket of rows (a power of two, padded rows write and read nothing) and of logit
   /// rows, then replayed. With `download_logits` false only the argmax comes back.
   BatchResult step(std::span<const BatchRow> rows, bool download_logits = true);
+  /// step, then a draw on the device for every row with logits (ops::sample), with
+  /// `sampling[i]` for the i-th of them: only the tokens come back (BatchResult::tokens).
+  /// A row's draw depends on its logits and its RowSampling alone, not on the other rows.
+  /// Throws Error when `sampling` does not match the rows with logits or a row carries
+  /// more than LoadOptions::sample_penalties penalised tokens.
+  BatchResult step(std::span<const BatchRow> rows, std::span<const RowSampling> sampling);
   /// Recorded batched-step graphs kept for replay.
   size_t step_graphs() const { return step_graphs_.size(); }
 
@@ -176,11 +197,13 @@ class LlamaModel {
  private:
   struct Buffers;
   /// step_logit_rows > 0: a batched step of n_tokens rows over the paged pool, returning
-  /// that many gathered rows of logits.
+  /// that many gathered rows of logits and their argmax, or with `step_sample` their
+  /// sampled tokens.
   void emit(GraphSession& session, int64_t n_tokens, bool decode_step, bool fed, bool all_logits,
-            int64_t step_logit_rows = 0);
+            int64_t step_logit_rows = 0, bool step_sample = false);
   void allocate_pool();
-  CapturedGraph& step_graph(int64_t rows, int64_t logit_rows);
+  CapturedGraph& step_graph(int64_t rows, int64_t logit_rows, bool sample);
+  BatchResult run_step(std::span<const BatchRow> rows, bool download_logits, const std::span<const RowSampling>* sampling);
   void emit_experts(GraphSession& session, const LayerWeights& w, int64_t n_tokens, const TensorView& xn,
                     const TensorView& out);
   void load_weights(const ModelSource& source);
@@ -219,11 +242,13 @@ class LlamaModel {
   struct StepGraph {
     int64_t rows;
     int64_t logit_rows;
+    bool sample;
     std::unique_ptr<CapturedGraph> graph;
   };
   std::vector<StepGraph> step_graphs_;
   std::vector<float> step_logits_;
   std::vector<int32_t> step_argmax_;
+  std::vector<int32_t> step_tokens_;
   int64_t position_ = 0;
   size_t weight_bytes_ = 0;
   uint64_t last_step_host_ns_ = 0;

@@ -15,4 +15,5 @@
 #include "onepass/ops/norm.h"
 #include "onepass/ops/paged_attention.h"
 #include "onepass/ops/rope.h"
+#include "onepass/ops/sample.h"
 #include "onepass/ops/softmax.h"

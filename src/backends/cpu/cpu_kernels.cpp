@@ -15,6 +15,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_rope_kv_kernels(registry);
   register_kv_cache_kernels(registry);
   register_argmax_kernels(registry);
+  register_sample_kernels(registry);
   register_moe_kernels(registry);
   register_attention_kernels(registry);
   register_paged_attention_kernels(registry);

@@ -14,6 +14,7 @@ void register_rope_kernels(KernelRegistry& registry);
 void register_rope_kv_kernels(KernelRegistry& registry);     // rope + kv_write fused
 void register_kv_cache_kernels(KernelRegistry& registry);     // kv_write
 void register_argmax_kernels(KernelRegistry& registry);
+void register_sample_kernels(KernelRegistry& registry);      // per-row token sampling
 void register_moe_kernels(KernelRegistry& registry);
 void register_attention_kernels(KernelRegistry& registry);    // sdpa, flash_decode (+ merge)
 void register_paged_attention_kernels(KernelRegistry& registry);

@@ -30,7 +30,7 @@ KernelChoice elementwise(const Backend& b, const KernelRequest& r) {
   return named(b, typed(r.op, r.type), dims);
 }
 
-// Row ops (norms, softmax, argmax): one block per row.
+// Row ops (norms, softmax, argmax, sample): one block per row.
 LaunchDims row_dims(const KernelRequest& r) {
   LaunchDims dims;
   dims.grid.x = grid_extent(r.rows, r.op);
@@ -174,7 +174,7 @@ KernelChoice matmul_id_grouped(const Backend& b, const KernelRequest& r) {
 
 void register_cpu_selectors(KernelSelectors& s) {
   for (std::string_view op : {"add", "mul", "scale", "gelu", "silu", "softcap", "silu_mul", "gelu_mul"}) s.add(op, elementwise);
-  for (std::string_view op : {"rms_norm", "rms_norm_mul", "rms_norm_add", "add_rms_norm", "softmax", "argmax"}) {
+  for (std::string_view op : {"rms_norm", "rms_norm_mul", "rms_norm_add", "add_rms_norm", "softmax", "argmax", "sample"}) {
     s.add(op, per_row);
   }
   s.add("rms_norm_no_weight", rms_norm_no_weight);

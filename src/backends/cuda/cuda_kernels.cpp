@@ -14,6 +14,7 @@ void register_cuda_kernels(KernelRegistry& registry) {
   register_rope_cuda_kernels(registry);
   register_kv_cache_cuda_kernels(registry);
   register_argmax_cuda_kernels(registry);
+  register_sample_cuda_kernels(registry);
   register_moe_cuda_kernels(registry);
   register_attention_cuda_kernels(registry);
   register_paged_attention_cuda_kernels(registry);

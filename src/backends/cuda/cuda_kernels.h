@@ -13,6 +13,7 @@ void register_softmax_cuda_kernels(KernelRegistry& registry);
 void register_rope_cuda_kernels(KernelRegistry& registry);
 void register_kv_cache_cuda_kernels(KernelRegistry& registry);
 void register_argmax_cuda_kernels(KernelRegistry& registry);
+void register_sample_cuda_kernels(KernelRegistry& registry);
 void register_moe_cuda_kernels(KernelRegistry& registry);
 void register_attention_cuda_kernels(KernelRegistry& registry);
 void register_paged_attention_cuda_kernels(KernelRegistry& registry);

@@ -67,4 +67,8 @@ inline int64_t cuda_argmax_chunks(int64_t cols) {
   return chunks < kCudaArgmaxClusterMax ? chunks : kCudaArgmaxClusterMax;
 }
 
+/// sample_f32 marks a row's penalised tokens in a shared-memory bitmap of one bit per
+/// column: rows of at most 8 x this many columns (1M tokens).
+inline constexpr int64_t kCudaSampleMaxBitmapBytes = 128 * 1024;
+
 }  // namespace onepass::cuda

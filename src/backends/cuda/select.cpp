@@ -131,6 +131,18 @@ KernelChoice argmax_named(const Backend& b, const KernelRequest& r, std::string_
 KernelChoice argmax(const Backend& b, const KernelRequest& r) { return argmax_named(b, r, ""); }
 KernelChoice argmax_feed(const Backend& b, const KernelRequest& r) { return argmax_named(b, r, "_feed"); }
 
+// One block of 1024 threads per row, with a bit per column of dynamic shared memory (the
+// row's penalised tokens); no kernel for longer rows.
+KernelChoice sample(const Backend& b, const KernelRequest& r) {
+  const int64_t bitmap_bytes = (r.cols + 31) / 32 * 4;
+  if (bitmap_bytes > kCudaSampleMaxBitmapBytes) return {};
+  LaunchDims dims;
+  dims.grid.x = grid_extent(r.rows, r.op);
+  dims.block.x = 1024;
+  dims.shared_bytes = static_cast<uint32_t>(bitmap_bytes);
+  return named(b, "sample_f32", dims);
+}
+
 // One block per (query head, token), or, for f16 caches with 16-byte aligned rows of 64
 // or 128 values, the tensor-core kernel: one block per (64 tokens, query head).
 KernelChoice sdpa(const Backend& b, const KernelRequest& r) {
@@ -217,6 +229,7 @@ void register_cuda_selectors(KernelSelectors& s) {
   s.add("moe_combine", moe_combine);
   s.add("argmax", argmax);
   s.add("argmax_feed", argmax_feed);
+  s.add("sample", sample);
   s.add("sdpa", sdpa);
   s.add("flash_decode", flash_decode);
   s.add("paged_attention", paged_attention);
