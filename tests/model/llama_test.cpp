@@ -1274,9 +1274,12 @@ void expect_within(const LogitDistance& d, const LogitBars& bars, const std::str
 // QuantizedExpertsMatchTheReference checks that the float64 reference with that rounding
 // stays within a third of these bars (its largest relative error is ~4e-4 with f16, ~1e-2
 // with int8), while an expert whose weights are another's, or 64 rows of one expert zeroed,
-// cross both paths' bars at every expert type.
+// cross both paths' bars at every expert type (the 64 zeroed rows by 1 - correlation of
+// 1e-3 or more). On an H200 the decode path's lowest correlation over the positions of one
+// seed was 1 - 2.0e-4, above what the simulated rounding gives (2.4e-5 over 12 seeds), so
+// its bar is 1 - 5e-4.
 constexpr LogitBars kMoePrefillBars{0.999999, 3e-3};
-constexpr LogitBars kMoeDecodeBars{0.9998, 5e-2};
+constexpr LogitBars kMoeDecodeBars{0.9995, 5e-2};
 
 // Within a third of `bars`.
 void expect_well_within(const LogitDistance& d, const LogitBars& bars, const std::string& what) {
