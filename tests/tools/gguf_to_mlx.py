@@ -5,10 +5,14 @@ the `tokenizers` library builds tokenizer.json from the GGUF vocabulary.
 
     gguf_to_mlx.py check
         exit 0 when gguf, numpy and tokenizers import (exit 3 otherwise: tests skip)
-    gguf_to_mlx.py convert MODEL.gguf OUT_DIR [f16|bf16|f32]
+    gguf_to_mlx.py convert MODEL.gguf OUT_DIR [f16|bf16|f32|qBITS_GROUP]
         OUT_DIR gets config.json, model.safetensors (every tensor in the given type, f16 by
-        default), tokenizer.json and tokenizer_config.json. A directory already converted
-        from the same file by the same scripts is left as it is.
+        default), tokenizer.json and tokenizer_config.json. qBITS_GROUP (q8_64, q4_32, ...)
+        stores the matrices as mlx-lm does: affine BITS-bit groups of GROUP values, packed
+        into u32 words low bits first, with f16 scales and biases; vectors stay f16. GGUF
+        q8_0 blocks become q8_32 groups and q4_0 / q4_1 blocks q4_32 groups exactly (the
+        same scale, the offset as the bias); other matrices are requantised. A directory
+        already converted from the same file by the same scripts is left as it is.
 
 Families: llama (Q and K rows back from llama.cpp's interleaved-RoPE order), qwen2, qwen3,
 gemma2, gemma3 (norm weights back from GGUF's 1 + w to the stored w), phi3. The config.json
@@ -162,6 +166,71 @@ def as_dtype(values, dtype):
     return "BF16", rounded
 
 
+def parse_quantization(dtype):
+    """(bits, group_size) of "qBITS_GROUP", or None."""
+    if not dtype.startswith("q"):
+        return None
+    bits, group = (int(v) for v in dtype[1:].split("_"))
+    if bits not in (2, 3, 4, 5, 6, 8) or group not in (32, 64, 128) or 32 % bits:
+        raise SystemExit(f"gguf_to_mlx: quantization {dtype} is not one this script writes "
+                         "(bits 2, 4 or 8; group 32, 64 or 128)")
+    return bits, group
+
+
+def exact_affine(t, bits, group):
+    """(q, scale, bias) of a GGUF q8_0 / q4_0 / q4_1 matrix whose blocks are mlx groups of
+    the same values, else None: q8_0 w = d * q (q signed) = d * (q + 128) - 128 d; q4_0
+    w = d * (q - 8); q4_1 w = d * q + m."""
+    import numpy as np
+    from gguf import GGMLQuantizationType as T
+    kind = t.tensor_type
+    if group != 32 or (kind, bits) not in ((T.Q8_0, 8), (T.Q4_0, 4), (T.Q4_1, 4)):
+        return None
+    rows = int(t.shape[1])
+    raw = np.asarray(t.data, dtype=np.uint8).reshape(rows, -1)
+    block = {T.Q8_0: 34, T.Q4_0: 18, T.Q4_1: 20}[kind]
+    blocks = raw.reshape(rows, -1, block)
+    d = blocks[:, :, 0:2].copy().view(np.float16)[..., 0]
+    if kind == T.Q8_0:
+        q = blocks[:, :, 2:].view(np.int8).astype(np.int32) + 128
+        bias = (d.astype(np.float32) * -128).astype(np.float16)
+    else:
+        packed = blocks[:, :, 4:] if kind == T.Q4_1 else blocks[:, :, 2:]
+        q = np.concatenate([packed & 0x0F, packed >> 4], axis=2).astype(np.int32)
+        if kind == T.Q4_1:
+            bias = blocks[:, :, 2:4].copy().view(np.float16)[..., 0]
+        else:
+            bias = (d.astype(np.float32) * -8).astype(np.float16)
+    return q.reshape(rows, -1).astype(np.uint32), d, bias
+
+
+def affine_quantize(values, bits, group):
+    """mlx's affine format: per group, w = scale * q + bias with q in [0, 2^bits - 1]."""
+    import numpy as np
+    rows, cols = values.shape
+    groups = values.reshape(rows, cols // group, group).astype(np.float32)
+    low, high = groups.min(axis=2), groups.max(axis=2)
+    levels = (1 << bits) - 1
+    scale = ((high - low) / levels).astype(np.float16)
+    scale = np.where(scale == 0, np.float16(1e-4), scale)
+    bias = low.astype(np.float16)
+    q = np.rint((groups - bias.astype(np.float32)[..., None]) / scale.astype(np.float32)[..., None])
+    q = np.clip(q, 0, levels).astype(np.uint32).reshape(rows, cols)
+    return q, scale, bias
+
+
+def pack(q, bits):
+    """u32 words of `bits`-bit values, the first value in the lowest bits."""
+    import numpy as np
+    rows, cols = q.shape
+    per_word = 32 // bits
+    q = q.reshape(rows, cols // per_word, per_word)
+    words = np.zeros((rows, cols // per_word), dtype=np.uint32)
+    for j in range(per_word):
+        words |= q[:, :, j] << np.uint32(bits * j)
+    return words
+
+
 def tokenizer_kind(model, pre, arch):
     if model == "llama":
         return "gemma" if arch in ("gemma2", "gemma3") else "llama2"
@@ -213,8 +282,9 @@ def stamp_of(gguf_path, dtype):
 
 
 def convert(gguf_path, out_dir, dtype="f16"):
-    if dtype not in ("f16", "bf16", "f32"):
-        raise SystemExit(f"gguf_to_mlx: type {dtype} is not f16, bf16 or f32")
+    quantization = parse_quantization(dtype)
+    if quantization is None and dtype not in ("f16", "bf16", "f32"):
+        raise SystemExit(f"gguf_to_mlx: type {dtype} is not f16, bf16, f32 or qBITS_GROUP")
     stamp_path = os.path.join(out_dir, "onepass-conversion.json")
     stamp = stamp_of(gguf_path, dtype)
     if os.path.exists(stamp_path):
@@ -240,13 +310,30 @@ def convert(gguf_path, out_dir, dtype="f16"):
     for name, t in tensors.items():
         shape = tuple(int(d) for d in reversed(t.shape))
         values = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        permute = None
+        if arch == "llama" and name.endswith("attn_q.weight"):
+            permute = heads
+        elif arch == "llama" and name.endswith("attn_k.weight"):
+            permute = kv_heads
+        module = hf_name(name, arch)
+        if quantization and values.ndim == 2 and values.shape[1] % quantization[1] == 0:
+            parts = exact_affine(t, *quantization) or affine_quantize(values, *quantization)
+            if permute:
+                parts = tuple(unpermute(p, permute) for p in parts)
+            q, scales, biases = parts
+            base = module[:-len(".weight")]
+            arrays[module] = ("U32", pack(q, quantization[0]))
+            arrays[base + ".scales"] = ("F16", scales)
+            arrays[base + ".biases"] = ("F16", biases)
+            continue
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             values = values - 1.0  # GGUF stores Gemma's 1 + w
-        if arch == "llama" and name.endswith("attn_q.weight"):
-            values = unpermute(values, heads)
-        elif arch == "llama" and name.endswith("attn_k.weight"):
-            values = unpermute(values, kv_heads)
-        arrays[hf_name(name, arch)] = as_dtype(values, dtype)
+        if permute:
+            values = unpermute(values, permute)
+        arrays[module] = as_dtype(values, "f16" if quantization else dtype)
+    if quantization:
+        config["quantization"] = {"group_size": quantization[1], "bits": quantization[0]}
+        config["quantization_config"] = dict(config["quantization"])
     arrays = dict(sorted(arrays.items()))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), arrays)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as out:
