@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -259,6 +260,154 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
                            std::replace(name.begin(), name.end(), '.', '_');
                            return name;
                          });
+
+// ---------------------------------------------------------------------------------------
+// Gemma 3 as the multimodal checkpoints lay it out, and config.json errors
+
+// Renames every tensor of a safetensors file (the payload stays; offsets are relative to it).
+void rename_tensors(const fs::path& path, const std::function<std::string(const std::string&)>& rename,
+                    const nlohmann::json& extra = nlohmann::json::object()) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  std::string header(length, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  const std::string payload((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  nlohmann::json renamed = nlohmann::json::object();
+  const nlohmann::json original = nlohmann::json::parse(header);
+  for (const auto& [name, info] : original.items()) {
+    renamed[name == "__metadata__" ? name : rename(name)] = info;
+  }
+  std::string data = payload;
+  for (const auto& [name, info] : extra.items()) {  // {dtype, shape, bytes}: zeros after the rest
+    const size_t bytes = info["bytes"].get<size_t>();
+    renamed[name] = {{"dtype", info["dtype"]}, {"shape", info["shape"]}, {"data_offsets", {data.size(), data.size() + bytes}}};
+    data.append(bytes, '\0');
+  }
+  std::string text = renamed.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint64_t new_length = text.size();
+  out.write(reinterpret_cast<const char*>(&new_length), 8);
+  out << text << data;
+}
+
+// A random Gemma 3 and its mlx directory in a fresh folder; "" or why not.
+std::string make_gemma3(const fs::path& dir) {
+  ModelShape shape = *find_model_shape("gemma3-270m");
+  shape.hidden = 128;
+  shape.ffn = 256;
+  shape.layers = 7;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 64;
+  shape.vocab = 1024;
+  shape.sliding_window = 6;
+  shape.context = 256;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  make_model(shape, DType::f16, dir / "model.gguf", MakeModelOptions{.seed = testing::fresh_seed()});
+  return convert(dir / "model.gguf", dir / "mlx");
+}
+
+nlohmann::json read_config(const fs::path& dir) {
+  std::ifstream in(dir / "config.json");
+  return nlohmann::json::parse(in);
+}
+
+TEST(MlxGemma3, MultimodalLayoutLoadsItsLanguageModel) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_gemma3_multimodal_", ::getpid());
+  const std::string made = make_gemma3(dir);
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  // Gemma3ForConditionalGeneration: the text model under language_model.model., its keys in
+  // text_config without vocab_size (the embedding's rows), vision tensors beside it.
+  const nlohmann::json text = read_config(dir / "mlx");
+  nlohmann::json text_config = text;
+  text_config.erase("vocab_size");
+  text_config.erase("tie_word_embeddings");
+  const nlohmann::json multimodal = {{"model_type", "gemma3"},
+                                     {"architectures", {"Gemma3ForConditionalGeneration"}},
+                                     {"text_config", text_config},
+                                     {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                                     {"mm_tokens_per_image", 256}};
+  std::ofstream(dir / "mlx" / "config.json") << multimodal.dump(1);
+  rename_tensors(dir / "mlx" / "model.safetensors",
+                 [](const std::string& name) { return "language_model." + name; },
+                 {{"vision_tower.vision_model.post_layernorm.weight",
+                   {{"dtype", "F16"}, {"shape", {2}}, {"bytes", 4}}}});
+  const Agreement a = compare(dir / "model.gguf", dir / "mlx", {kPrompts[0]}, 4, 256);
+  EXPECT_LT(a.max_error, 1e-2);
+  EXPECT_LT(a.mean_kl, 1e-5);
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+TEST(MlxGemma3, ConfigErrorsNameTheKey) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_gemma3_errors_", ::getpid());
+  const std::string made = make_gemma3(dir);
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  const nlohmann::json good = read_config(dir / "mlx");
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    try {
+      (void)open_model(dir / "mlx");
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& c) { c["model_type"] = "gemma3n"; },
+       "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, phi3)"},
+      {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; }, "activation 'relu' is not supported"},
+      {[](nlohmann::json& c) { c["layer_types"][1] = "full_attention"; },
+       "layer_types is not a repeating pattern of local layers ending in one global layer (layer 3 breaks the "
+       "period 2)"},
+      {[](nlohmann::json& c) { c["layer_types"][0] = "chunked_attention"; },
+       "layer_types holds \"chunked_attention\""},
+      {[](nlohmann::json& c) { c["layer_types"].erase(0); }, "'layer_types' must list one entry per layer (7)"},
+      {[](nlohmann::json& c) { c["sliding_window"] = 0; }, "'sliding_window' is 0, expected a positive"},
+      {[](nlohmann::json& c) { c["query_pre_attn_scalar"] = -1; }, "'query_pre_attn_scalar' is -1"},
+      {[](nlohmann::json& c) { c["use_bidirectional_attention"] = true; }, "use_bidirectional_attention: true"},
+      {[](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; },
+       "rope scaling 'yarn' is not supported"},
+      {[](nlohmann::json& c) { c["text_config"] = 3; }, "'text_config' is 3, expected an object"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string error = error_with(edit);
+    EXPECT_NE(error.find(expected), std::string::npos) << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find("mlx"), std::string::npos) << error;
+  }
+  // Without layer_types: sliding_window_pattern, else Gemma 3's period of 6.
+  auto config_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    return open_model(dir / "mlx")->config();
+  };
+  const LlamaConfig by_default = config_with([](nlohmann::json& c) {
+    c.erase("layer_types");
+    c.erase("_sliding_window_pattern");
+  });
+  EXPECT_EQ(by_default.sliding_window_period, 6);
+  EXPECT_EQ(config_with([](nlohmann::json& c) {
+              c.erase("layer_types");
+              c["sliding_window_pattern"] = 3;
+            }).sliding_window_period,
+            3);
+  EXPECT_EQ(config_with([](nlohmann::json& c) {
+              for (auto& t : c["layer_types"]) t = "full_attention";
+            }).sliding_window,
+            0);
+  const LlamaConfig scaled = config_with([](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}}; });
+  EXPECT_FLOAT_EQ(scaled.rope_freq_scale, 0.125f);
+  fs::remove_all(dir);
+}
 
 // ---------------------------------------------------------------------------------------
 // The real Gemma 3 270M
