@@ -136,13 +136,14 @@ struct MlxFamily {
 };
 
 constexpr MlxFamily kMlxFamilies[] = {
-    {"llama", "llama"},   {"mistral", "llama"},     {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
+    {"llama", "llama"},   {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
     {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
 };
 
 std::string mlx_model_types() {
   std::string out;
-  for (const MlxFamily& f : kMlxFamilies) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
+  for (const MlxFamily& f : kMlxFamilies)
+    out += (out.empty() ? "" : ", ") + std::string(f.model_type);
   return out;
 }
 
@@ -150,19 +151,29 @@ std::string mlx_model_types() {
 // leaves out (the multimodal Gemma 3 checkpoints write only what differs from them).
 nlohmann::json family_defaults(std::string_view architecture) {
   if (architecture == "gemma2") {
-    return {{"num_attention_heads", 8},        {"num_key_value_heads", 4},
-            {"head_dim", 256},                 {"rms_norm_eps", 1e-6},
-            {"rope_theta", 10000.0},           {"query_pre_attn_scalar", 256},
-            {"sliding_window", 4096},          {"final_logit_softcapping", 30.0},
-            {"attn_logit_softcapping", 50.0},  {"hidden_activation", "gelu_pytorch_tanh"},
+    return {{"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"final_logit_softcapping", 30.0},
+            {"attn_logit_softcapping", 50.0},
+            {"hidden_activation", "gelu_pytorch_tanh"},
             {"tie_word_embeddings", true}};
   }
   if (architecture == "gemma3") {
-    return {{"num_attention_heads", 8},     {"num_key_value_heads", 4},
-            {"head_dim", 256},              {"rms_norm_eps", 1e-6},
-            {"rope_theta", 1000000.0},      {"rope_local_base_freq", 10000.0},
-            {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
-            {"hidden_activation", "gelu_pytorch_tanh"}, {"tie_word_embeddings", true}};
+    return {{"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 1000000.0},
+            {"rope_local_base_freq", 10000.0},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"tie_word_embeddings", true}};
   }
   return nlohmann::json::object();
 }
@@ -205,7 +216,8 @@ std::string hf_name(std::string_view gguf, const MlxLayout& layout) {
   if (rest == "ffn_norm.weight") {
     // Hugging Face's "post_attention_layernorm" is Llama's pre-FFN norm but Gemma's norm of
     // the attention output.
-    module = layout.gemma_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+    module =
+        layout.gemma_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
   } else if (rest == "post_attention_norm.weight") {
     module = layout.gemma_norms ? "post_attention_layernorm.weight" : "";
   } else if (rest == "ffn_up.weight") {
@@ -239,14 +251,15 @@ class MlxSource final : public ModelSource {
     for (const MlxFamily& f : kMlxFamilies) {
       if (f.model_type == type) family = &f;
     }
-    check(family != nullptr, where, model_.dir().string(), ": model_type '", type, "' is not supported (",
-          mlx_model_types(), ")");
+    check(family != nullptr, where, model_.dir().string(), ": model_type '", type,
+          "' is not supported (", mlx_model_types(), ")");
     const Architecture& arch = *find_architecture(family->architecture);
 
     // Multimodal checkpoints nest the language model's keys in text_config.
     nlohmann::json j = root;
     if (const auto nested = root.find("text_config"); nested != root.end() && !nested->is_null()) {
-      check(nested->is_object(), where, file, ": 'text_config' is ", shown(*nested), ", expected an object");
+      check(nested->is_object(), where, file, ": 'text_config' is ", shown(*nested),
+            ", expected an object");
       j = *nested;
       for (const char* key : {"tie_word_embeddings", "vocab_size"}) {
         if (!j.contains(key) && root.contains(key)) j[key] = root[key];
@@ -262,9 +275,10 @@ class MlxSource final : public ModelSource {
         check(fallback.has_value(), where, file, ": missing integer '", key, "'");
         return *fallback;
       }
-      check(it->is_number_integer(), where, file, ": '", key, "' is ", shown(*it), ", expected an integer");
-      check(!it->is_number_unsigned() || it->get<uint64_t>() <= uint64_t{INT64_MAX}, where, file, ": '", key,
-            "' is ", shown(*it), ", out of range");
+      check(it->is_number_integer(), where, file, ": '", key, "' is ", shown(*it),
+            ", expected an integer");
+      check(!it->is_number_unsigned() || it->get<uint64_t>() <= uint64_t{INT64_MAX}, where, file,
+            ": '", key, "' is ", shown(*it), ", out of range");
       return it->get<int64_t>();
     };
     auto number = [&](const nlohmann::json& obj, const char* key, float fallback) -> float {
@@ -272,14 +286,15 @@ class MlxSource final : public ModelSource {
       if (it == obj.end() || it->is_null()) return fallback;
       check(it->is_number(), where, file, ": '", key, "' is ", shown(*it), ", expected a number");
       const double value = it->get<double>();
-      check(std::isfinite(value) && std::abs(value) <= 3.0e38, where, file, ": '", key, "' is ", shown(*it),
-            ", expected a finite number within the float range");
+      check(std::isfinite(value) && std::abs(value) <= 3.0e38, where, file, ": '", key, "' is ",
+            shown(*it), ", expected a finite number within the float range");
       return static_cast<float>(value);
     };
     auto boolean = [&](const char* key, bool fallback) -> bool {
       const auto it = j.find(key);
       if (it == j.end() || it->is_null()) return fallback;
-      check(it->is_boolean(), where, file, ": '", key, "' is ", shown(*it), ", expected true or false");
+      check(it->is_boolean(), where, file, ": '", key, "' is ", shown(*it),
+            ", expected true or false");
       return it->get<bool>();
     };
 
@@ -293,7 +308,9 @@ class MlxSource final : public ModelSource {
     }
     if (layout_.model == "language_model.model.") layout_.lm_head = "language_model.lm_head.weight";
     layout_.gemma_norms = arch.post_norms;
-    auto has = [&](const std::string& name) { return model_.find(name) != nullptr || model_.is_quantized(name); };
+    auto has = [&](const std::string& name) {
+      return model_.find(name) != nullptr || model_.is_quantized(name);
+    };
 
     config_.hidden = integer("hidden_size", std::nullopt);
     config_.ffn = integer("intermediate_size", std::nullopt);
@@ -305,15 +322,17 @@ class MlxSource final : public ModelSource {
     const std::string embedding_name = layout_.model + "embed_tokens.weight";
     if (model_.is_quantized(embedding_name)) {
       embedding_rows = model_.quantized(embedding_name).shape[0];
-    } else if (const TensorInfo* t = model_.find(embedding_name); t != nullptr && t->shape.ndim() == 2) {
+    } else if (const TensorInfo* t = model_.find(embedding_name);
+               t != nullptr && t->shape.ndim() == 2) {
       embedding_rows = t->shape[0];
     }
     config_.vocab_size = integer("vocab_size", embedding_rows);
-    apply_architecture(arch, config_);  // after hidden_size: Gemma's embedding scale is sqrt(hidden)
+    apply_architecture(arch,
+                       config_);  // after hidden_size: Gemma's embedding scale is sqrt(hidden)
     config_.architecture = std::string(arch.name);
     const bool head_dim_given = j.contains("head_dim") && !j["head_dim"].is_null();
     // Without head_dim, hidden = heads x head_dim; validate() rejects heads <= 0 first.
-    config_.head_dim = head_dim_given ? integer("head_dim", std::nullopt)
+    config_.head_dim = head_dim_given      ? integer("head_dim", std::nullopt)
                        : config_.heads > 0 ? config_.hidden / config_.heads
                                            : 0;
     config_.rope_dims = config_.head_dim;
@@ -321,8 +340,8 @@ class MlxSource final : public ModelSource {
       check(partial > 0 && partial < 1, where, file, ": 'partial_rotary_factor' is ", partial,
             ", expected a number in (0, 1]");
       config_.rope_dims = static_cast<int64_t>(static_cast<float>(config_.head_dim) * partial);
-      check(config_.rope_dims % 2 == 0, where, file, ": partial_rotary_factor ", partial, " x head_dim ",
-            config_.head_dim, " is not an even number of rotary dimensions");
+      check(config_.rope_dims % 2 == 0, where, file, ": partial_rotary_factor ", partial,
+            " x head_dim ", config_.head_dim, " is not an even number of rotary dimensions");
     }
     config_.rope_theta = number(j, "rope_theta", 10000.0f);
     config_.norm_eps = number(j, "rms_norm_eps", 1e-5f);
@@ -331,9 +350,11 @@ class MlxSource final : public ModelSource {
     const std::string layer0 = layout_.model + "layers.0.";
     // A family's fused tensors are what its checkpoints hold; separate ones load too.
     config_.fused_qkv_tensor = arch.fused_qkv_tensor && has(layer0 + "self_attn.qkv_proj.weight");
-    config_.fused_gate_up_tensor = arch.fused_gate_up_tensor && has(layer0 + "mlp.gate_up_proj.weight");
+    config_.fused_gate_up_tensor =
+        arch.fused_gate_up_tensor && has(layer0 + "mlp.gate_up_proj.weight");
     layout_.fused_gate_up = config_.fused_gate_up_tensor;
-    config_.qkv_bias = arch.name == "qwen2" || model_.find(layer0 + "self_attn.q_proj.bias") != nullptr;
+    config_.qkv_bias =
+        arch.name == "qwen2" || model_.find(layer0 + "self_attn.q_proj.bias") != nullptr;
     check(model_.find(layer0 + "self_attn.o_proj.bias") == nullptr, where, model_.dir().string(),
           ": attention output biases (", layer0, "self_attn.o_proj.bias) are not supported");
     check(model_.find(layer0 + "mlp.down_proj.bias") == nullptr, where, model_.dir().string(),
@@ -347,7 +368,8 @@ class MlxSource final : public ModelSource {
     if (arch.post_norms) config_.norm_weight_offset = 1.0f;
     if (j.contains("query_pre_attn_scalar") && !j["query_pre_attn_scalar"].is_null()) {
       const float scalar = number(j, "query_pre_attn_scalar", 0.0f);
-      check(scalar > 0, where, file, ": 'query_pre_attn_scalar' is ", scalar, ", expected a positive number");
+      check(scalar > 0, where, file, ": 'query_pre_attn_scalar' is ", scalar,
+            ", expected a positive number");
       config_.attention_scale = 1.0f / std::sqrt(scalar);
     }
     if (arch.attn_softcap > 0 || j.contains("attn_logit_softcapping")) {
@@ -358,7 +380,8 @@ class MlxSource final : public ModelSource {
     }
     check(config_.attn_softcap >= 0 && config_.final_softcap >= 0, where, file,
           ": logit softcapping values must not be negative");
-    if (arch.rope_theta_local > 0) config_.rope_theta_local = number(j, "rope_local_base_freq", arch.rope_theta_local);
+    if (arch.rope_theta_local > 0)
+      config_.rope_theta_local = number(j, "rope_local_base_freq", arch.rope_theta_local);
     read_activation(j, arch, file);
     read_sliding_window(j, arch, file, integer);
 
@@ -378,7 +401,8 @@ class MlxSource final : public ModelSource {
       } else if (kind == "linear") {
         // Gemma 3 scales its global layers only; the local ones keep rope_local_base_freq.
         const float factor = number(s, "factor", 1.0f);
-        check(factor > 0, where, file, ": rope_scaling factor is ", factor, ", expected a positive number");
+        check(factor > 0, where, file, ": rope_scaling factor is ", factor,
+              ", expected a positive number");
         config_.rope_freq_scale = 1.0f / factor;
       } else if (!kind.empty() && kind != "default") {
         fail(where, model_.dir().string(), ": rope scaling '", kind, "' is not supported (llama3, linear)");
@@ -394,15 +418,16 @@ class MlxSource final : public ModelSource {
                                           llama3->original_context);
     }
     for (const TensorInfo& t : model_.tensors()) {
-      check_no_extra_blocks(t.name, layout_.model + "layers.", config_.layers, where, file, "num_hidden_layers");
+      check_no_extra_blocks(t.name, layout_.model + "layers.", config_.layers, where, file,
+                            "num_hidden_layers");
     }
     // Embedding lookups need a plain table: a quantised embedding is expanded to f16 once
     // (the LM head keeps using the quantised form when tied).
     if (model_.is_quantized(embedding_name)) {
       const MlxQuantizedWeight& q = model_.quantized(embedding_name);
       check(q.shape == Shape({config_.vocab_size, config_.hidden}), where, model_.dir().string(),
-            ": tensor '", embedding_name, "' has shape ", q.shape.str(), ", expected [", config_.vocab_size,
-            ", ", config_.hidden, "] (vocab_size, hidden_size)");
+            ": tensor '", embedding_name, "' has shape ", q.shape.str(), ", expected [",
+            config_.vocab_size, ", ", config_.hidden, "] (vocab_size, hidden_size)");
       const int64_t rows = q.shape[0];
       const int64_t cols = q.shape[1];
       std::vector<float> full(static_cast<size_t>(rows * cols));
@@ -410,7 +435,8 @@ class MlxSource final : public ModelSource {
                              static_cast<const uint16_t*>(q.scales->data),
                              static_cast<const uint16_t*>(q.biases->data), rows, cols, full.data());
       embedding_f16_.resize(full.size());
-      ops::quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()), embedding_f16_.data());
+      ops::quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()),
+                    embedding_f16_.data());
     }
     default_chat_template_ = arch.default_chat_template;
   }
@@ -516,8 +542,8 @@ class MlxSource final : public ModelSource {
   // sliding_window_pattern (every P-th layer global), else the family's period. Families
   // without local layers ignore sliding_window, as their GGUF files do.
   template <typename Integer>
-  void read_sliding_window(const nlohmann::json& j, const Architecture& arch, const std::string& file,
-                           const Integer& integer) {
+  void read_sliding_window(const nlohmann::json& j, const Architecture& arch,
+                           const std::string& file, const Integer& integer) {
     config_.sliding_window = 0;
     config_.sliding_window_period = 0;
     const bool use_window = !j.contains("use_sliding_window") || j["use_sliding_window"] != false;
@@ -527,7 +553,8 @@ class MlxSource final : public ModelSource {
             ": 'layer_types' must list one entry per layer (", config_.layers, ")");
       std::vector<bool> local;
       for (const nlohmann::json& t : *types) {
-        check(t == "sliding_attention" || t == "full_attention", "mlx", file, ": layer_types holds ", t.dump(),
+        check(t == "sliding_attention" || t == "full_attention", "mlx", file,
+              ": layer_types holds ", t.dump(),
               ", expected \"sliding_attention\" or \"full_attention\"");
         local.push_back(t == "sliding_attention");
       }
@@ -538,7 +565,8 @@ class MlxSource final : public ModelSource {
         const bool expected = period == 0 || l % period != period - 1;
         check(local[static_cast<size_t>(l)] == expected, "mlx", file,
               ": layer_types is not a repeating pattern of local layers ending in one global layer "
-              "(layer ", l, " breaks the period ", period, ")");
+              "(layer ",
+              l, " breaks the period ", period, ")");
       }
       config_.sliding_window_period = period;
     } else if (arch.sliding_window_period > 0) {

@@ -62,7 +62,8 @@ std::pair<uint32_t, size_t> decode_at(std::string_view text, size_t pos) {
   const auto lead = static_cast<uint8_t>(text[pos]);
   const size_t length = unicode::utf8_sequence_length(lead);
   uint32_t cp = length == 1 ? lead : lead & (0x7Fu >> length);
-  for (size_t i = 1; i < length; ++i) cp = (cp << 6) | (static_cast<uint8_t>(text[pos + i]) & 0x3Fu);
+  for (size_t i = 1; i < length; ++i)
+    cp = (cp << 6) | (static_cast<uint8_t>(text[pos + i]) & 0x3Fu);
   return {cp, length};
 }
 
@@ -145,8 +146,9 @@ struct Tokenizer::Impl {
     check(!data.add_bos || data.bos_id >= 0, kWhere, "add_bos is set but there is no BOS id");
     check(!data.add_eos || data.eos_id >= 0, kWhere, "add_eos is set but there is no EOS id");
     for (const AddedTokenStrip& strip : data.added_token_strip) {
-      check(strip.id >= 0 && strip.id < vocab_size(), kWhere, "a whitespace-stripping added token has id ",
-            strip.id, ", outside the vocabulary of ", vocab_size(), " tokens");
+      check(strip.id >= 0 && strip.id < vocab_size(), kWhere,
+            "a whitespace-stripping added token has id ", strip.id, ", outside the vocabulary of ",
+            vocab_size(), " tokens");
     }
   }
 
@@ -335,7 +337,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
       }
       const size_t end = pos + special->text.size();
       const size_t start =
-          special->strip_left ? std::max(white_space_before(text, pos, std::min(run_start, pos)), run_start) : pos;
+          special->strip_left
+              ? std::max(white_space_before(text, pos, std::min(run_start, pos)), run_start)
+              : pos;
       if (start > run_start) {
         impl.encoder->encode(text.substr(run_start, start - run_start), run_start == 0, out);
       }

@@ -190,8 +190,8 @@ class TokenizerJsonReader {
             ", expected an integer");
       const std::string content = string_of(token, "content", field + ".content");
       // Matching only between word boundaries is not implemented.
-      check(!bool_of(token, "single_word", false, field + ".single_word"), kWhere, file_, ": ", field, " ('",
-            content, "') sets single_word: true, which is not supported");
+      check(!bool_of(token, "single_word", false, field + ".single_word"), kWhere, file_, ": ",
+            field, " ('", content, "') sets single_word: true, which is not supported");
       const bool lstrip = bool_of(token, "lstrip", false, field + ".lstrip");
       const bool rstrip = bool_of(token, "rstrip", false, field + ".rstrip");
       const bool special = bool_of(token, "special", false, field + ".special");
@@ -204,7 +204,8 @@ class TokenizerJsonReader {
       set_token(id.get<int64_t>(), content, special ? TokenType::kControl : TokenType::kUserDefined,
                 field);
       if (lstrip || rstrip) {
-        data_.added_token_strip.push_back({static_cast<int32_t>(id.get<int64_t>()), lstrip, rstrip});
+        data_.added_token_strip.push_back(
+            {static_cast<int32_t>(id.get<int64_t>()), lstrip, rstrip});
       }
     }
   }

@@ -34,7 +34,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path tool_path() {
-  const fs::path beside = fs::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_to_mlx.py";
+  const fs::path beside =
+      fs::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_to_mlx.py";
   return fs::exists(beside) ? beside : fs::path("tests/tools/gguf_to_mlx.py");
 }
 
@@ -100,8 +101,8 @@ void expect_same_config(const LlamaConfig& gguf, const LlamaConfig& mlx) {
 }
 
 struct Agreement {
-  double max_error = 0;     // largest |logit difference| / largest |logit| of the GGUF run
-  double mean_kl = 0;       // KL(GGUF || MLX) of the next-token distributions, averaged
+  double max_error = 0;  // largest |logit difference| / largest |logit| of the GGUF run
+  double mean_kl = 0;    // KL(GGUF || MLX) of the next-token distributions, averaged
   size_t top1_agree = 0, positions = 0;
 };
 
@@ -141,8 +142,8 @@ size_t argmax(std::span<const float> row) {
 
 // Loads `gguf` and the directory, compares configuration, token ids, teacher-forced logits of
 // each prompt and a greedy continuation of `steps` tokens.
-Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir, const std::vector<std::string>& prompts,
-                  int steps, int64_t context) {
+Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir,
+                  const std::vector<std::string>& prompts, int steps, int64_t context) {
   const auto gguf = open_model(gguf_path);
   const auto mlx = open_model(mlx_dir);
   expect_same_config(gguf->config(), mlx->config());
@@ -170,14 +171,15 @@ Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir, const std:
 
     // Greedy continuation from each model's own choices: equal unless the GGUF run's two
     // best candidates are within the rounding of each other, after which they may part.
-    std::vector<float> last_a(reference.end() - static_cast<std::ptrdiff_t>(vocab), reference.end());
+    std::vector<float> last_a(reference.end() - static_cast<std::ptrdiff_t>(vocab),
+                              reference.end());
     std::vector<float> last_b(got.end() - static_cast<std::ptrdiff_t>(vocab), got.end());
     for (int s = 0; s < steps; ++s) {
       const size_t next_a = argmax(last_a), next_b = argmax(last_b);
       if (next_a != next_b) {
         const double gap = std::abs(static_cast<double>(last_a[next_a]) - last_a[next_b]);
-        EXPECT_LT(gap, 1e-2 * std::abs(static_cast<double>(last_a[next_a]))) << "greedy step " << s << ": GGUF "
-                                                                            << next_a << ", MLX " << next_b;
+        EXPECT_LT(gap, 1e-2 * std::abs(static_cast<double>(last_a[next_a])))
+            << "greedy step " << s << ": GGUF " << next_a << ", MLX " << next_b;
         break;
       }
       const auto la = a.decode(static_cast<int32_t>(next_a));
@@ -200,8 +202,8 @@ const std::vector<std::string> kPrompts = {
 // Random models of each family
 
 struct FamilyCase {
-  const char* shape;         // a make-model shape, shrunk below
-  int64_t head_dim;          // 0: hidden / heads
+  const char* shape;             // a make-model shape, shrunk below
+  int64_t head_dim;              // 0: hidden / heads
   DType gguf_type = DType::f16;  // of the GGUF file's matrices
   const char* type = "f16";      // of the directory's: f16, or q8_32 (q8_0's blocks as mlx groups)
 };
@@ -213,14 +215,16 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   ModelShape shape = *find_model_shape(param.shape);
   shape.hidden = 128;
   shape.ffn = 256;
-  shape.layers = shape.sliding_window > 0 ? 7 : 2;  // Gemma 3: local layers on both sides of a global one
+  shape.layers =
+      shape.sliding_window > 0 ? 7 : 2;  // Gemma 3: local layers on both sides of a global one
   shape.heads = 4;
   shape.kv_heads = shape.architecture == "phi3" ? 4 : 2;
   shape.vocab = 1024;
   shape.head_dim = param.head_dim;
   if (shape.sliding_window > 0) shape.sliding_window = 6;  // shorter than the prompts
   shape.context = 256;
-  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_family_", ::getpid(), "_", param.shape);
+  const fs::path dir =
+      fs::temp_directory_path() / cat("onepass_mlx_family_", ::getpid(), "_", param.shape);
   fs::remove_all(dir);
   fs::create_directories(dir);
   const uint64_t seed = testing::fresh_seed();
@@ -233,8 +237,10 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   EXPECT_EQ(open_model(dir / "mlx")->find("blk.0.ffn_down.weight")->affine.has_value(),
             std::string(param.type) != "f16");
   const Agreement a = compare(dir / "model.gguf", dir / "mlx", kPrompts, 8, 256);
-  std::printf("[ %-13s %-5s] %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 %zu/%zu\n",
-              param.shape, param.type, a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
+  std::printf(
+      "[ %-13s %-5s] %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "
+      "%zu/%zu\n",
+      param.shape, param.type, a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
   // The directory's matrices hold the GGUF's values exactly (f16, or q8_0's scales and
   // quants as mlx groups); only the norm weights (f32 in GGUF) are rounded to f16. A wrong
   // name, layout or key gives errors of the logits' own size (0.25 of the largest logit
@@ -246,16 +252,18 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
-                         ::testing::Values(FamilyCase{"smollm2-135m", 0}, FamilyCase{"qwen3-0.6b", 64},
-                                           FamilyCase{"gemma3-270m", 64}, FamilyCase{"gemma2-2b", 48},
-                                           FamilyCase{"phi3-mini", 0},
+                         ::testing::Values(FamilyCase{"smollm2-135m", 0},
+                                           FamilyCase{"qwen3-0.6b", 64},
+                                           FamilyCase{"gemma3-270m", 64},
+                                           FamilyCase{"gemma2-2b", 48}, FamilyCase{"phi3-mini", 0},
                                            FamilyCase{"smollm2-135m", 0, DType::q8_0, "q8_32"},
                                            FamilyCase{"qwen3-0.6b", 64, DType::q8_0, "q8_32"},
                                            FamilyCase{"gemma3-270m", 64, DType::q8_0, "q8_32"},
                                            FamilyCase{"gemma2-2b", 48, DType::q8_0, "q8_32"},
                                            FamilyCase{"phi3-mini", 0, DType::q8_0, "q8_32"}),
                          [](const auto& param_info) {
-                           std::string name = std::string(param_info.param.shape) + "_" + param_info.param.type;
+                           std::string name =
+                               std::string(param_info.param.shape) + "_" + param_info.param.type;
                            std::replace(name.begin(), name.end(), '-', '_');
                            std::replace(name.begin(), name.end(), '.', '_');
                            return name;
@@ -265,7 +273,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
 // Gemma 3 as the multimodal checkpoints lay it out, and config.json errors
 
 // Renames every tensor of a safetensors file (the payload stays; offsets are relative to it).
-void rename_tensors(const fs::path& path, const std::function<std::string(const std::string&)>& rename,
+void rename_tensors(const fs::path& path,
+                    const std::function<std::string(const std::string&)>& rename,
                     const nlohmann::json& extra = nlohmann::json::object()) {
   std::ifstream in(path, std::ios::binary);
   uint64_t length = 0;
@@ -282,7 +291,9 @@ void rename_tensors(const fs::path& path, const std::function<std::string(const 
   std::string data = payload;
   for (const auto& [name, info] : extra.items()) {  // {dtype, shape, bytes}: zeros after the rest
     const size_t bytes = info["bytes"].get<size_t>();
-    renamed[name] = {{"dtype", info["dtype"]}, {"shape", info["shape"]}, {"data_offsets", {data.size(), data.size() + bytes}}};
+    renamed[name] = {{"dtype", info["dtype"]},
+                     {"shape", info["shape"]},
+                     {"data_offsets", {data.size(), data.size() + bytes}}};
     data.append(bytes, '\0');
   }
   std::string text = renamed.dump();
@@ -307,7 +318,8 @@ std::string make_gemma3(const fs::path& dir) {
   shape.context = 256;
   fs::remove_all(dir);
   fs::create_directories(dir);
-  make_model(shape, DType::f16, dir / "model.gguf", MakeModelOptions{.seed = testing::fresh_seed()});
+  make_model(shape, DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
   return convert(dir / "model.gguf", dir / "mlx");
 }
 
@@ -317,7 +329,8 @@ nlohmann::json read_config(const fs::path& dir) {
 }
 
 TEST(MlxGemma3, MultimodalLayoutLoadsItsLanguageModel) {
-  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_gemma3_multimodal_", ::getpid());
+  const fs::path dir =
+      fs::temp_directory_path() / cat("onepass_mlx_gemma3_multimodal_", ::getpid());
   const std::string made = make_gemma3(dir);
   if (made.starts_with("skip: ")) GTEST_SKIP() << made;
   ASSERT_TRUE(made.empty()) << made;
@@ -363,24 +376,33 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
   EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& c) { c["model_type"] = "gemma3n"; },
-       "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, phi3)"},
-      {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; }, "activation 'relu' is not supported"},
+       "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
+       "gemma3, phi3)"},
+      {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; },
+       "activation 'relu' is not supported"},
       {[](nlohmann::json& c) { c["layer_types"][1] = "full_attention"; },
-       "layer_types is not a repeating pattern of local layers ending in one global layer (layer 3 breaks the "
+       "layer_types is not a repeating pattern of local layers ending in one global layer (layer 3 "
+       "breaks the "
        "period 2)"},
       {[](nlohmann::json& c) { c["layer_types"][0] = "chunked_attention"; },
        "layer_types holds \"chunked_attention\""},
-      {[](nlohmann::json& c) { c["layer_types"].erase(0); }, "'layer_types' must list one entry per layer (7)"},
-      {[](nlohmann::json& c) { c["sliding_window"] = 0; }, "'sliding_window' is 0, expected a positive"},
+      {[](nlohmann::json& c) { c["layer_types"].erase(0); },
+       "'layer_types' must list one entry per layer (7)"},
+      {[](nlohmann::json& c) { c["sliding_window"] = 0; },
+       "'sliding_window' is 0, expected a positive"},
       {[](nlohmann::json& c) { c["query_pre_attn_scalar"] = -1; }, "'query_pre_attn_scalar' is -1"},
-      {[](nlohmann::json& c) { c["use_bidirectional_attention"] = true; }, "use_bidirectional_attention: true"},
-      {[](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; },
+      {[](nlohmann::json& c) { c["use_bidirectional_attention"] = true; },
+       "use_bidirectional_attention: true"},
+      {[](nlohmann::json& c) {
+         c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+       },
        "rope scaling 'yarn' is not supported"},
       {[](nlohmann::json& c) { c["text_config"] = 3; }, "'text_config' is 3, expected an object"},
   };
   for (const auto& [edit, expected] : cases) {
     const std::string error = error_with(edit);
-    EXPECT_NE(error.find(expected), std::string::npos) << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << error;
     EXPECT_NE(error.find("mlx"), std::string::npos) << error;
   }
   // Without layer_types: sliding_window_pattern, else Gemma 3's period of 6.
@@ -404,7 +426,9 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
               for (auto& t : c["layer_types"]) t = "full_attention";
             }).sliding_window,
             0);
-  const LlamaConfig scaled = config_with([](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}}; });
+  const LlamaConfig scaled = config_with([](nlohmann::json& c) {
+    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  });
   EXPECT_FLOAT_EQ(scaled.rope_freq_scale, 0.125f);
   fs::remove_all(dir);
 }
@@ -421,8 +445,10 @@ TEST(MlxGemmaReal, DirectoryConvertedFromTheGgufMatchesIt) {
   if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
   ASSERT_TRUE(converted.empty()) << converted;
   const Agreement a = compare(gguf, dir, kPrompts, 12, 128);
-  std::printf("gemma3 270m: %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 %zu/%zu\n",
-              a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
+  std::printf(
+      "gemma3 270m: %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "
+      "%zu/%zu\n",
+      a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
   // GGUF multiplies the quantised blocks directly; the directory holds their values rounded
   // to f16.
   EXPECT_LT(a.max_error, 2e-2);

@@ -275,8 +275,9 @@ TEST_P(TokenizerJsonStrip, MatchesHuggingFaceTokenizers) {
   // The family's file with lstrip on one added token, rstrip on another, both on a third.
   Json root = read_json(source / "tokenizer.json");
   const std::vector<std::pair<std::string, std::pair<bool, bool>>> flags = {
-      {"<|im_start|>", {true, false}}, {"<|im_end|>", {false, true}}, {"<|endoftext|>", {true, true}},
-      {"<start_of_turn>", {false, true}}, {"<end_of_turn>", {true, false}}, {"<eos>", {true, true}}};
+      {"<|im_start|>", {true, false}},  {"<|im_end|>", {false, true}},
+      {"<|endoftext|>", {true, true}},  {"<start_of_turn>", {false, true}},
+      {"<end_of_turn>", {true, false}}, {"<eos>", {true, true}}};
   std::vector<std::string> stripping;
   for (Json& token : root["added_tokens"]) {
     for (const auto& [name, strip] : flags) {
@@ -304,14 +305,16 @@ TEST_P(TokenizerJsonStrip, MatchesHuggingFaceTokenizers) {
       texts.push_back(cat(ws, token));
       texts.push_back(cat(token, ws));
       texts.push_back(cat(ws, token, ws, token, ws, "x"));
-      for (const std::string& other : stripping) texts.push_back(cat("Hi", ws, token, ws, other, ws, "there"));
+      for (const std::string& other : stripping)
+        texts.push_back(cat("Hi", ws, token, ws, other, ws, "there"));
     }
   }
   TempDir work;
   std::ofstream(work.path / "texts.json") << Json(texts).dump();
-  const std::string run = reference({"encode-hf", dir.path.string(), (work.path / "texts.json").string(),
-                                     (work.path / "ids.json").string()},
-                                    work.path / "log.txt");
+  const std::string run =
+      reference({"encode-hf", dir.path.string(), (work.path / "texts.json").string(),
+                 (work.path / "ids.json").string()},
+                work.path / "log.txt");
   if (run.starts_with("skip: ")) GTEST_SKIP() << run;
   ASSERT_TRUE(run.empty()) << run;
   const Json expected = read_json(work.path / "ids.json");
@@ -326,11 +329,12 @@ TEST_P(TokenizerJsonStrip, MatchesHuggingFaceTokenizers) {
       continue;
     }
     EXPECT_EQ(show(ours), show(expected["ids"][i].get<std::vector<int32_t>>()));
-    EXPECT_EQ(show(tokenizer.encode(texts[i])), show(expected["ids_with_specials"][i].get<std::vector<int32_t>>()));
+    EXPECT_EQ(show(tokenizer.encode(texts[i])),
+              show(expected["ids_with_specials"][i].get<std::vector<int32_t>>()));
     ++compared;
   }
-  std::printf("[ %-16s] %zu texts with whitespace-stripping tokens compared with tokenizers\n", kind.c_str(),
-              compared);
+  std::printf("[ %-16s] %zu texts with whitespace-stripping tokens compared with tokenizers\n",
+              kind.c_str(), compared);
   EXPECT_GT(compared, texts.size() - 4);
 }
 
@@ -381,7 +385,8 @@ TEST(TokenizerJson, UnsupportedFieldsAreNamed) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {[](Json& r, Json&) { r["model"]["type"] = "Unigram"; }, "model.type \"Unigram\" is not supported"},
+      {[](Json& r, Json&) { r["model"]["type"] = "Unigram"; },
+       "model.type \"Unigram\" is not supported"},
       {[](Json& r, Json&) { r["model"]["continuing_subword_prefix"] = "##"; },
        "model.continuing_subword_prefix is \"##\""},
       {[](Json& r, Json&) { r["model"]["dropout"] = 0.1; }, "model.dropout is 0.1"},
@@ -389,13 +394,19 @@ TEST(TokenizerJson, UnsupportedFieldsAreNamed) {
        "added_tokens[0] ('<|end|>') sets single_word: true"},
       {[](Json& r, Json&) {
          r["pre_tokenizer"] = nullptr;
-         r["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
-         r["added_tokens"].push_back({{"id", 257}, {"content", "ab"}, {"special", false}, {"lstrip", true}});
+         r["normalizer"] = {
+             {"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+         r["added_tokens"].push_back(
+             {{"id", 257}, {"content", "ab"}, {"special", false}, {"lstrip", true}});
        },
        "added_tokens[1] ('ab') strips whitespace and is matched after spaces become U+2581"},
-      {[](Json& r, Json&) { r["normalizer"] = {{"type", "Lowercase"}}; },
+      {[](Json& r, Json&) {
+         r["normalizer"] = {{"type", "Lowercase"}};
+       },
        "normalizer.type \"Lowercase\" is not supported"},
-      {[](Json& r, Json&) { r["pre_tokenizer"] = {{"type", "Whitespace"}}; },
+      {[](Json& r, Json&) {
+         r["pre_tokenizer"] = {{"type", "Whitespace"}};
+       },
        "pre_tokenizer.type \"Whitespace\" is not supported"},
       {[](Json& r, Json&) { r["pre_tokenizer"]["add_prefix_space"] = true; },
        "pre_tokenizer.add_prefix_space: true is not supported"},
@@ -421,14 +432,14 @@ TEST(TokenizerJson, UnsupportedFieldsAreNamed) {
        "model.merges[0] is \"a b c\", expected two tokens separated by one space"},
       {[](Json& r, Json&) { r["model"]["merges"] = Json::array({Json::array({"a"})}); },
        "model.merges[0] is [\"a\"], expected"},
-      {[](Json& r, Json&) { r["post_processor"] = {{"type", "BertProcessing"}}; },
+      {[](Json& r, Json&) {
+         r["post_processor"] = {{"type", "BertProcessing"}};
+       },
        "post_processor.type \"BertProcessing\" is not supported"},
       {[](Json&, Json& c) { c["bos_token"] = "<s>"; }, "bos_token '<s>' is not a token"},
       {[](Json&, Json& c) { c["add_bos_token"] = true; }, "BOS is to be added but no bos_token"},
       {[](Json& r, Json&) { r["model"]["vocab"]["Hello"] = 3; }, "id 3 is already"},
-      {[](Json& r, Json&) {
-         r["pre_tokenizer"] = nullptr;
-       },
+      {[](Json& r, Json&) { r["pre_tokenizer"] = nullptr; },
        "neither a ByteLevel pre-tokenizer nor spaces replaced by U+2581"},
       {[](Json& r, Json&) {
          r["pre_tokenizer"] = nullptr;
