@@ -208,6 +208,8 @@ struct FamilyCase {
   const char* type = "f16";      // of the directory's: f16, or q8_32 (q8_0's blocks as mlx groups)
 };
 
+void PrintTo(const FamilyCase& c, std::ostream* out) { *out << c.shape << " " << c.type; }
+
 class MlxFamily : public ::testing::TestWithParam<FamilyCase> {};
 
 TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
