@@ -1,5 +1,6 @@
 #include "onepass/model/loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -128,44 +129,110 @@ class GgufSource final : public ModelSource {
 
 // ---- MLX ---------------------------------------------------------------------------------
 
-// GGUF tensor name -> mlx-lm (Hugging Face) module name.
-std::string hf_name(std::string_view gguf) {
-  static const std::map<std::string, std::string, std::less<>> kFixed = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},
-  };
-  if (auto it = kFixed.find(gguf); it != kFixed.end()) return it->second;
+// An mlx-lm (Hugging Face) model_type and the GGUF family of architecture.h it runs as.
+struct MlxFamily {
+  std::string_view model_type;
+  std::string_view architecture;
+};
+
+constexpr MlxFamily kMlxFamilies[] = {
+    {"llama", "llama"},   {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
+    {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
+};
+
+std::string mlx_model_types() {
+  std::string out;
+  for (const MlxFamily& f : kMlxFamilies)
+    out += (out.empty() ? "" : ", ") + std::string(f.model_type);
+  return out;
+}
+
+// The values Hugging Face's Gemma2Config / Gemma3TextConfig assume for keys a config.json
+// leaves out (the multimodal Gemma 3 checkpoints write only what differs from them).
+nlohmann::json family_defaults(std::string_view architecture) {
+  if (architecture == "gemma2") {
+    return {{"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"final_logit_softcapping", 30.0},
+            {"attn_logit_softcapping", 50.0},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"tie_word_embeddings", true}};
+  }
+  if (architecture == "gemma3") {
+    return {{"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 1000000.0},
+            {"rope_local_base_freq", 10000.0},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"tie_word_embeddings", true}};
+  }
+  return nlohmann::json::object();
+}
+
+// Where a directory keeps the text model's tensors: "model." for the causal-LM checkpoints,
+// "language_model.model." or "model.language_model." for multimodal ones (whose vision
+// tensors are not read), and how the family names its layer tensors.
+struct MlxLayout {
+  std::string model = "model.";
+  std::string lm_head = "lm_head.weight";
+  bool gemma_norms = false;    // pre/post attention and feed-forward norms (Gemma 2, 3)
+  bool fused_gate_up = false;  // gate_up_proj (Phi-3)
+};
+
+// GGUF tensor name -> mlx-lm (Hugging Face) tensor name; "" for none.
+std::string hf_name(std::string_view gguf, const MlxLayout& layout) {
+  if (gguf == "token_embd.weight") return layout.model + "embed_tokens.weight";
+  if (gguf == "output_norm.weight") return layout.model + "norm.weight";
+  if (gguf == "output.weight") return layout.lm_head;
+  const std::optional<int64_t> block = block_of(gguf, "blk.");
+  if (!block) return std::string(gguf);
+  const std::string_view rest = gguf.substr(gguf.find('.', 4) + 1);
   static const std::map<std::string, std::string, std::less<>> kLayer = {
       {"attn_norm.weight", "input_layernorm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
       {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},
       {"attn_q.bias", "self_attn.q_proj.bias"},
       {"attn_k.bias", "self_attn.k_proj.bias"},
       {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
       {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
   };
-  if (gguf.rfind("blk.", 0) == 0) {
-    const size_t dot = gguf.find('.', 4);
-    if (dot != std::string_view::npos) {
-      const std::string_view layer = gguf.substr(4, dot - 4);
-      if (auto it = kLayer.find(gguf.substr(dot + 1)); it != kLayer.end()) {
-        return cat("model.layers.", layer, ".", it->second);
-      }
-    }
+  std::string module;
+  if (rest == "ffn_norm.weight") {
+    // Hugging Face's "post_attention_layernorm" is Llama's pre-FFN norm but Gemma's norm of
+    // the attention output.
+    module =
+        layout.gemma_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+  } else if (rest == "post_attention_norm.weight") {
+    module = layout.gemma_norms ? "post_attention_layernorm.weight" : "";
+  } else if (rest == "ffn_up.weight") {
+    module = layout.fused_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  } else if (auto it = kLayer.find(rest); it != kLayer.end()) {
+    module = it->second;
   }
-  return std::string(gguf);
+  if (module.empty()) return std::string(gguf);
+  return cat(layout.model, "layers.", *block, ".", module);
 }
 
 class MlxSource final : public ModelSource {
  public:
   explicit MlxSource(MlxModel model) : model_(std::move(model)) {
-    const nlohmann::json& j = model_.config().json;
+    const nlohmann::json& root = model_.config().json;
     const std::string where = "mlx";
     const std::string file = (model_.dir() / "config.json").string();
     // Typed reads that name the key and the file instead of nlohmann's bare message.
@@ -173,10 +240,38 @@ class MlxSource final : public ModelSource {
       std::string text = v.dump();
       return text.size() > 40 ? text.substr(0, 40) + "..." : text;
     };
-    auto integer = [&](const nlohmann::json& obj, const char* key,
-                       std::optional<int64_t> fallback) -> int64_t {
+    auto text = [&](const nlohmann::json& obj, const char* key, std::string fallback) {
       const auto it = obj.find(key);
-      if (it == obj.end() || it->is_null()) {
+      if (it == obj.end() || it->is_null()) return fallback;
+      check(it->is_string(), where, file, ": '", key, "' is ", shown(*it), ", expected a string");
+      return it->get<std::string>();
+    };
+    const std::string type = text(root, "model_type", "llama");
+    const MlxFamily* family = nullptr;
+    for (const MlxFamily& f : kMlxFamilies) {
+      if (f.model_type == type) family = &f;
+    }
+    check(family != nullptr, where, model_.dir().string(), ": model_type '", type,
+          "' is not supported (", mlx_model_types(), ")");
+    const Architecture& arch = *find_architecture(family->architecture);
+
+    // Multimodal checkpoints nest the language model's keys in text_config.
+    nlohmann::json j = root;
+    if (const auto nested = root.find("text_config"); nested != root.end() && !nested->is_null()) {
+      check(nested->is_object(), where, file, ": 'text_config' is ", shown(*nested),
+            ", expected an object");
+      j = *nested;
+      for (const char* key : {"tie_word_embeddings", "vocab_size"}) {
+        if (!j.contains(key) && root.contains(key)) j[key] = root[key];
+      }
+    }
+    const nlohmann::json defaults = family_defaults(arch.name);
+    for (const auto& [key, value] : defaults.items()) {
+      if (!j.contains(key)) j[key] = value;
+    }
+    auto integer = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
+      const auto it = j.find(key);
+      if (it == j.end() || it->is_null()) {
         check(fallback.has_value(), where, file, ": missing integer '", key, "'");
         return *fallback;
       }
@@ -202,34 +297,94 @@ class MlxSource final : public ModelSource {
             ", expected true or false");
       return it->get<bool>();
     };
-    auto text = [&](const nlohmann::json& obj, const char* key, std::string fallback) {
-      const auto it = obj.find(key);
-      if (it == obj.end() || it->is_null()) return fallback;
-      check(it->is_string(), where, file, ": '", key, "' is ", shown(*it), ", expected a string");
-      return it->get<std::string>();
+
+    // The text model's tensors.
+    for (const char* prefix : {"model.", "language_model.model.", "model.language_model."}) {
+      const std::string embedding = cat(prefix, "embed_tokens.weight");
+      if (model_.find(embedding) != nullptr || model_.is_quantized(embedding)) {
+        layout_.model = prefix;
+        break;
+      }
+    }
+    if (layout_.model == "language_model.model.") layout_.lm_head = "language_model.lm_head.weight";
+    layout_.gemma_norms = arch.post_norms;
+    auto has = [&](const std::string& name) {
+      return model_.find(name) != nullptr || model_.is_quantized(name);
     };
-    const std::string type = text(j, "model_type", "llama");
-    check(type == "llama" || type == "mistral" || type == "qwen2", where, model_.dir().string(),
-          ": model_type '", type, "' is not supported (llama, mistral, qwen2)");
-    config_.architecture = type == "qwen2" ? "qwen2" : "llama";
-    config_.vocab_size = integer(j, "vocab_size", std::nullopt);
-    config_.hidden = integer(j, "hidden_size", std::nullopt);
-    config_.ffn = integer(j, "intermediate_size", std::nullopt);
-    config_.layers = integer(j, "num_hidden_layers", std::nullopt);
-    config_.heads = integer(j, "num_attention_heads", std::nullopt);
-    config_.kv_heads = integer(j, "num_key_value_heads", config_.heads);
+
+    config_.hidden = integer("hidden_size", std::nullopt);
+    config_.ffn = integer("intermediate_size", std::nullopt);
+    config_.layers = integer("num_hidden_layers", std::nullopt);
+    config_.heads = integer("num_attention_heads", std::nullopt);
+    config_.kv_heads = integer("num_key_value_heads", config_.heads);
+    // Without vocab_size (a multimodal config's text part), the embedding's rows.
+    std::optional<int64_t> embedding_rows;
+    const std::string embedding_name = layout_.model + "embed_tokens.weight";
+    if (model_.is_quantized(embedding_name)) {
+      embedding_rows = model_.quantized(embedding_name).shape[0];
+    } else if (const TensorInfo* t = model_.find(embedding_name);
+               t != nullptr && t->shape.ndim() == 2) {
+      embedding_rows = t->shape[0];
+    }
+    config_.vocab_size = integer("vocab_size", embedding_rows);
+    apply_architecture(arch,
+                       config_);  // after hidden_size: Gemma's embedding scale is sqrt(hidden)
+    config_.architecture = std::string(arch.name);
     const bool head_dim_given = j.contains("head_dim") && !j["head_dim"].is_null();
     // Without head_dim, hidden = heads x head_dim; validate() rejects heads <= 0 first.
-    config_.head_dim = head_dim_given ? integer(j, "head_dim", std::nullopt)
+    config_.head_dim = head_dim_given      ? integer("head_dim", std::nullopt)
                        : config_.heads > 0 ? config_.hidden / config_.heads
                                            : 0;
     config_.rope_dims = config_.head_dim;
+    if (const float partial = number(j, "partial_rotary_factor", 1.0f); partial != 1.0f) {
+      check(partial > 0 && partial < 1, where, file, ": 'partial_rotary_factor' is ", partial,
+            ", expected a number in (0, 1]");
+      config_.rope_dims = static_cast<int64_t>(static_cast<float>(config_.head_dim) * partial);
+      check(config_.rope_dims % 2 == 0, where, file, ": partial_rotary_factor ", partial,
+            " x head_dim ", config_.head_dim, " is not an even number of rotary dimensions");
+    }
     config_.rope_theta = number(j, "rope_theta", 10000.0f);
     config_.norm_eps = number(j, "rms_norm_eps", 1e-5f);
-    config_.train_context = integer(j, "max_position_embeddings", int64_t{4096});
+    config_.train_context = integer("max_position_embeddings", int64_t{4096});
     config_.rope_neox = true;  // Hugging Face layout: rotate_half
-    config_.qkv_bias = type == "qwen2";
-    config_.tied_output = boolean("tie_word_embeddings", false) || model_.find("lm_head.weight") == nullptr;
+    const std::string layer0 = layout_.model + "layers.0.";
+    // A family's fused tensors are what its checkpoints hold; separate ones load too.
+    config_.fused_qkv_tensor = arch.fused_qkv_tensor && has(layer0 + "self_attn.qkv_proj.weight");
+    config_.fused_gate_up_tensor =
+        arch.fused_gate_up_tensor && has(layer0 + "mlp.gate_up_proj.weight");
+    layout_.fused_gate_up = config_.fused_gate_up_tensor;
+    config_.qkv_bias =
+        arch.name == "qwen2" || model_.find(layer0 + "self_attn.q_proj.bias") != nullptr;
+    check(model_.find(layer0 + "self_attn.o_proj.bias") == nullptr, where, model_.dir().string(),
+          ": attention output biases (", layer0, "self_attn.o_proj.bias) are not supported");
+    check(model_.find(layer0 + "mlp.down_proj.bias") == nullptr, where, model_.dir().string(),
+          ": feed-forward biases (", layer0, "mlp.down_proj.bias) are not supported");
+    config_.tied_output = boolean("tie_word_embeddings", false) || !has(layout_.lm_head);
+    check(!boolean("use_bidirectional_attention", false), where, file,
+          ": use_bidirectional_attention: true (an embedding model) is not supported");
+
+    // Gemma: the stored norm weights w act as (1 + w); q.k is scaled by
+    // 1/sqrt(query_pre_attn_scalar); softcaps, local layers and their RoPE base as written.
+    if (arch.post_norms) config_.norm_weight_offset = 1.0f;
+    if (j.contains("query_pre_attn_scalar") && !j["query_pre_attn_scalar"].is_null()) {
+      const float scalar = number(j, "query_pre_attn_scalar", 0.0f);
+      check(scalar > 0, where, file, ": 'query_pre_attn_scalar' is ", scalar,
+            ", expected a positive number");
+      config_.attention_scale = 1.0f / std::sqrt(scalar);
+    }
+    if (arch.attn_softcap > 0 || j.contains("attn_logit_softcapping")) {
+      config_.attn_softcap = number(j, "attn_logit_softcapping", 0.0f);
+    }
+    if (arch.final_softcap > 0 || j.contains("final_logit_softcapping")) {
+      config_.final_softcap = number(j, "final_logit_softcapping", 0.0f);
+    }
+    check(config_.attn_softcap >= 0 && config_.final_softcap >= 0, where, file,
+          ": logit softcapping values must not be negative");
+    if (arch.rope_theta_local > 0)
+      config_.rope_theta_local = number(j, "rope_local_base_freq", arch.rope_theta_local);
+    read_activation(j, arch, file);
+    read_sliding_window(j, arch, file, integer);
+
     std::optional<Llama3Scaling> llama3;
     if (const auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
       const nlohmann::json& s = *scaling;
@@ -244,11 +399,12 @@ class MlxSource final : public ModelSource {
               where, file, ": rope_scaling llama3 needs factor > 0, low_freq_factor > 0, "
               "high_freq_factor > low_freq_factor and original_max_position_embeddings > 0");
       } else if (kind == "linear") {
+        // Gemma 3 scales its global layers only; the local ones keep rope_local_base_freq.
         const float factor = number(s, "factor", 1.0f);
         check(factor > 0, where, file, ": rope_scaling factor is ", factor,
               ", expected a positive number");
         config_.rope_freq_scale = 1.0f / factor;
-      } else if (!kind.empty()) {
+      } else if (!kind.empty() && kind != "default") {
         fail(where, model_.dir().string(), ": rope scaling '", kind, "' is not supported (llama3, linear)");
       }
     }
@@ -262,15 +418,15 @@ class MlxSource final : public ModelSource {
                                           llama3->original_context);
     }
     for (const TensorInfo& t : model_.tensors()) {
-      check_no_extra_blocks(t.name, "model.layers.", config_.layers, where, file,
+      check_no_extra_blocks(t.name, layout_.model + "layers.", config_.layers, where, file,
                             "num_hidden_layers");
     }
     // Embedding lookups need a plain table: a quantised embedding is expanded to f16 once
     // (the LM head keeps using the quantised form when tied).
-    if (model_.is_quantized("model.embed_tokens.weight")) {
-      const MlxQuantizedWeight& q = model_.quantized("model.embed_tokens.weight");
+    if (model_.is_quantized(embedding_name)) {
+      const MlxQuantizedWeight& q = model_.quantized(embedding_name);
       check(q.shape == Shape({config_.vocab_size, config_.hidden}), where, model_.dir().string(),
-            ": tensor 'model.embed_tokens.weight' has shape ", q.shape.str(), ", expected [",
+            ": tensor '", embedding_name, "' has shape ", q.shape.str(), ", expected [",
             config_.vocab_size, ", ", config_.hidden, "] (vocab_size, hidden_size)");
       const int64_t rows = q.shape[0];
       const int64_t cols = q.shape[1];
@@ -282,6 +438,7 @@ class MlxSource final : public ModelSource {
       ops::quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()),
                     embedding_f16_.data());
     }
+    default_chat_template_ = arch.default_chat_template;
   }
 
   const LlamaConfig& config() const override { return config_; }
@@ -297,8 +454,8 @@ class MlxSource final : public ModelSource {
       return h;
     }
     // A tied LM head is the (possibly quantised) embedding.
-    const std::string module = (name == "output.weight" && config_.tied_output) ? std::string() : hf_name(name);
-    if (module.empty()) return std::nullopt;
+    if (name == "output.weight" && config_.tied_output) return std::nullopt;
+    const std::string module = hf_name(name, layout_);
     if (model_.is_quantized(module)) {
       const MlxQuantizedWeight& q = model_.quantized(module);
       HostTensor h = host_tensor(*q.weight);
@@ -340,13 +497,12 @@ class MlxSource final : public ModelSource {
       data->tokens.push_back(cat("[onepass:unused ", i, "]"));
       data->token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
     }
+    // A directory without a template gets its family's turn format, as a GGUF file does.
+    if (data->chat_template.empty()) data->chat_template = std::string(default_chat_template_);
     return data;
   }
   std::string describe() const override { return model_.dir().string() + " (MLX)"; }
-  std::string file_name(std::string_view name) const override {
-    const std::string module = name == "output.weight" && config_.tied_output ? std::string() : hf_name(name);
-    return module.empty() ? std::string(name) : module;
-  }
+  std::string file_name(std::string_view name) const override { return hf_name(name, layout_); }
   void release(const HostTensor& tensor) const override {
     // Only what points into a safetensors mapping: not the expanded embedding or the
     // converted norms, which live in this object.
@@ -359,10 +515,90 @@ class MlxSource final : public ModelSource {
   }
 
  private:
+  // hidden_activation (Gemma) or hidden_act: the gated FFN's nonlinearity.
+  void read_activation(const nlohmann::json& j, const Architecture& arch, const std::string& file) {
+    std::string name;
+    for (const char* key : {"hidden_activation", "hidden_act"}) {
+      const auto it = j.find(key);
+      if (it == j.end() || it->is_null()) continue;
+      check(it->is_string(), "mlx", file, ": '", key, "' is ", it->dump(), ", expected a string");
+      name = it->get<std::string>();
+      break;
+    }
+    if (name.empty()) {
+      config_.activation = arch.activation;
+    } else if (name == "silu" || name == "swish") {
+      config_.activation = FfnActivation::silu;
+    } else if (name == "gelu_pytorch_tanh" || name == "gelu_tanh" || name == "gelu_new" ||
+               name == "gelu_fast") {
+      config_.activation = FfnActivation::gelu_tanh;
+    } else {
+      fail("mlx", file, ": activation '", name,
+           "' is not supported (silu, swish, gelu_pytorch_tanh, gelu_tanh, gelu_new, gelu_fast)");
+    }
+  }
+
+  // Which layers attend through a sliding window: layer_types (one entry per layer), else
+  // sliding_window_pattern (every P-th layer global), else the family's period. Families
+  // without local layers ignore sliding_window, as their GGUF files do.
+  template <typename Integer>
+  void read_sliding_window(const nlohmann::json& j, const Architecture& arch,
+                           const std::string& file, const Integer& integer) {
+    config_.sliding_window = 0;
+    config_.sliding_window_period = 0;
+    const bool use_window = !j.contains("use_sliding_window") || j["use_sliding_window"] != false;
+    const auto types = j.find("layer_types");
+    if (types != j.end() && !types->is_null()) {
+      check(types->is_array() && static_cast<int64_t>(types->size()) == config_.layers, "mlx", file,
+            ": 'layer_types' must list one entry per layer (", config_.layers, ")");
+      std::vector<bool> local;
+      for (const nlohmann::json& t : *types) {
+        check(t == "sliding_attention" || t == "full_attention", "mlx", file,
+              ": layer_types holds ", t.dump(),
+              ", expected \"sliding_attention\" or \"full_attention\"");
+        local.push_back(t == "sliding_attention");
+      }
+      if (std::find(local.begin(), local.end(), true) == local.end() || !use_window) return;
+      const auto first_global = std::find(local.begin(), local.end(), false);
+      const int64_t period = first_global == local.end() ? 0 : (first_global - local.begin()) + 1;
+      for (int64_t l = 0; l < config_.layers; ++l) {
+        const bool expected = period == 0 || l % period != period - 1;
+        check(local[static_cast<size_t>(l)] == expected, "mlx", file,
+              ": layer_types is not a repeating pattern of local layers ending in one global layer "
+              "(layer ",
+              l, " breaks the period ", period, ")");
+      }
+      config_.sliding_window_period = period;
+    } else if (arch.sliding_window_period > 0) {
+      config_.sliding_window_period = arch.sliding_window_period;
+      for (const char* key : {"sliding_window_pattern", "_sliding_window_pattern"}) {
+        if (j.contains(key) && !j[key].is_null()) {
+          config_.sliding_window_period = integer(key, std::nullopt);
+          break;
+        }
+      }
+      check(config_.sliding_window_period > 0, "mlx", file, ": the sliding window pattern is ",
+            config_.sliding_window_period, ", expected a positive period");
+    } else {
+      check(!boolean_true(j, "use_sliding_window"), "mlx", file,
+            ": use_sliding_window: true is not supported for this model_type");
+      return;
+    }
+    config_.sliding_window = integer("sliding_window", std::nullopt);
+    check(config_.sliding_window > 0, "mlx", file, ": 'sliding_window' is ", config_.sliding_window,
+          ", expected a positive number of keys");
+  }
+  static bool boolean_true(const nlohmann::json& j, const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_boolean() && it->get<bool>();
+  }
+
   MlxModel model_;
+  MlxLayout layout_;
   LlamaConfig config_;
   std::optional<std::vector<float>> rope_factors_;
   std::vector<uint16_t> embedding_f16_;
+  std::string_view default_chat_template_;
   mutable std::map<std::string, std::vector<float>> converted_;
 };
 

@@ -46,7 +46,47 @@ struct SpecialToken {
   std::string_view text;
   int32_t id;
   bool needs_parse_special;  // control/unknown tokens; user-defined ones always match
+  bool strip_left = false;   // the match takes in the whitespace before / after it
+  bool strip_right = false;
 };
+
+// Unicode White_Space (what `\s` matches in Hugging Face tokenizers' Rust regex).
+bool is_white_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+// The code point of the valid UTF-8 sequence at text[pos] and its length.
+std::pair<uint32_t, size_t> decode_at(std::string_view text, size_t pos) {
+  const auto lead = static_cast<uint8_t>(text[pos]);
+  const size_t length = unicode::utf8_sequence_length(lead);
+  uint32_t cp = length == 1 ? lead : lead & (0x7Fu >> length);
+  for (size_t i = 1; i < length; ++i)
+    cp = (cp << 6) | (static_cast<uint8_t>(text[pos + i]) & 0x3Fu);
+  return {cp, length};
+}
+
+// Where the run of whitespace that ends at `end` begins (not before `floor`).
+size_t white_space_before(std::string_view text, size_t end, size_t floor) {
+  while (end > floor) {
+    size_t start = end - 1;
+    while (start > floor && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80) --start;
+    if (!is_white_space(decode_at(text, start).first)) break;
+    end = start;
+  }
+  return end;
+}
+
+// Where the run of whitespace that starts at `begin` ends.
+size_t white_space_after(std::string_view text, size_t begin) {
+  while (begin < text.size()) {
+    const auto [cp, length] = decode_at(text, begin);
+    if (!is_white_space(cp)) break;
+    begin += length;
+  }
+  return begin;
+}
 
 }  // namespace
 
@@ -105,6 +145,11 @@ struct Tokenizer::Impl {
     if (data.eot_id) check_id(*data.eot_id, "EOT id");
     check(!data.add_bos || data.bos_id >= 0, kWhere, "add_bos is set but there is no BOS id");
     check(!data.add_eos || data.eos_id >= 0, kWhere, "add_eos is set but there is no EOS id");
+    for (const AddedTokenStrip& strip : data.added_token_strip) {
+      check(strip.id >= 0 && strip.id < vocab_size(), kWhere,
+            "a whitespace-stripping added token has id ", strip.id, ", outside the vocabulary of ",
+            vocab_size(), " tokens");
+    }
   }
 
   void build_tables() {
@@ -136,6 +181,15 @@ struct Tokenizer::Impl {
       if (ids.find(text)->second != static_cast<int32_t>(i)) continue;
       specials_by_first_byte[static_cast<uint8_t>(text[0])].push_back(
           {text, static_cast<int32_t>(i), type != TokenType::kUserDefined});
+    }
+    for (const AddedTokenStrip& strip : data.added_token_strip) {
+      const std::string_view text = data.tokens[static_cast<size_t>(strip.id)];
+      if (text.empty()) continue;
+      for (SpecialToken& special : specials_by_first_byte[static_cast<uint8_t>(text[0])]) {
+        if (special.id != strip.id) continue;
+        special.strip_left = strip.left;
+        special.strip_right = strip.right;
+      }
     }
     for (auto& list : specials_by_first_byte) {
       std::stable_sort(list.begin(), list.end(), [](const SpecialToken& a, const SpecialToken& b) {
@@ -269,6 +323,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
 
   // A text the vocabulary cannot spell is a fault of the vocabulary: name its file.
   try {
+    // As Hugging Face tokenizers splits on added tokens: the leftmost-longest matches, not
+    // overlapping, found in the text as given; then each match's span grows over the
+    // whitespace beside it (lstrip / rstrip; not before the previous span's end). A match
+    // inside a grown span is still emitted (a vocabulary whose "\n" is an added token keeps
+    // it after an rstrip token), and the text after it resumes where it ends.
     size_t run_start = 0;
     for (size_t pos = 0; pos < text.size();) {
       const SpecialToken* special = impl.match_special(text, pos, options.parse_special);
@@ -276,12 +335,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
         ++pos;
         continue;
       }
-      if (pos > run_start) {
-        impl.encoder->encode(text.substr(run_start, pos - run_start), run_start == 0, out);
+      const size_t end = pos + special->text.size();
+      const size_t start =
+          special->strip_left
+              ? std::max(white_space_before(text, pos, std::min(run_start, pos)), run_start)
+              : pos;
+      if (start > run_start) {
+        impl.encoder->encode(text.substr(run_start, start - run_start), run_start == 0, out);
       }
       out.push_back(special->id);
-      pos += special->text.size();
-      run_start = pos;
+      run_start = special->strip_right ? white_space_after(text, end) : end;
+      pos = end;
     }
     if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), run_start == 0, out);
   } catch (const Error& e) {

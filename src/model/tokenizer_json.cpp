@@ -189,19 +189,24 @@ class TokenizerJsonReader {
       check(id.is_number_integer(), kWhere, file_, ": ", field, ".id is ", shown(id),
             ", expected an integer");
       const std::string content = string_of(token, "content", field + ".content");
-      // Matching that eats neighbouring spaces or needs word boundaries is not implemented.
-      for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
-        check(!bool_of(token, flag, false, cat(field, ".", flag)), kWhere, file_, ": ", field,
-              " ('", content, "') sets ", flag, ": true, which is not supported");
-      }
+      // Matching only between word boundaries is not implemented.
+      check(!bool_of(token, "single_word", false, field + ".single_word"), kWhere, file_, ": ",
+            field, " ('", content, "') sets single_word: true, which is not supported");
+      const bool lstrip = bool_of(token, "lstrip", false, field + ".lstrip");
+      const bool rstrip = bool_of(token, "rstrip", false, field + ".rstrip");
       const bool special = bool_of(token, "special", false, field + ".special");
       // Matched in the normalised text (tokenizers' default for non-special tokens); checked
       // in finish(), once the normaliser is known.
       if (!special && bool_of(token, "normalized", true, field + ".normalized")) {
         normalized_added_.push_back({field, content});
+        if (lstrip || rstrip) normalized_stripping_.push_back({field, content});
       }
       set_token(id.get<int64_t>(), content, special ? TokenType::kControl : TokenType::kUserDefined,
                 field);
+      if (lstrip || rstrip) {
+        data_.added_token_strip.push_back(
+            {static_cast<int32_t>(id.get<int64_t>()), lstrip, rstrip});
+      }
     }
   }
 
@@ -400,6 +405,13 @@ class TokenizerJsonReader {
             "') is matched after normalisation (normalized: true), which changes its text; "
             "this is not supported");
     }
+    // tokenizers matches a normalised token after the normaliser has turned spaces into
+    // U+2581, which lstrip / rstrip then no longer see as whitespace.
+    for (const auto& [field, content] : normalized_stripping_) {
+      check(!space_mark_, kWhere, file_, ": ", field, " ('", content,
+            "') strips whitespace and is matched after spaces become U+2581 (normalized: true); "
+            "this is not supported");
+    }
     if (!data_.pre_splits) data_.pre_splits.emplace();  // no split at all
     data_.token_types = types_;
   }
@@ -413,6 +425,7 @@ class TokenizerJsonReader {
   TokenizerData& data_;
   std::vector<int32_t> types_;
   std::vector<std::pair<std::string, std::string>> normalized_added_;  // field, content
+  std::vector<std::pair<std::string, std::string>> normalized_stripping_;
   bool byte_fallback_ = false;
   bool byte_level_ = false;
   bool space_mark_ = false;

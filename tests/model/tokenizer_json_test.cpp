@@ -259,6 +259,89 @@ INSTANTIATE_TEST_SUITE_P(Family, TokenizerJsonReference,
                          });
 
 // ---------------------------------------------------------------------------------------
+// Added tokens that strip the whitespace beside them (lstrip / rstrip, as Phi-3's chat
+// tokens and RoBERTa's <mask> set them), against the tokenizers library: byte-level
+// (qwen2), and Phi-3's SentencePiece normaliser over Gemma's vocabulary (llama2), where
+// "\n", "\t" and "  " are added tokens themselves and so survive an rstrip before them.
+
+class TokenizerJsonStrip : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerJsonStrip, MatchesHuggingFaceTokenizers) {
+  const std::string kind = GetParam();
+  const auto [source, problem] = hf_directory(kind);
+  if (problem.starts_with("skip: ")) GTEST_SKIP() << problem;
+  ASSERT_TRUE(problem.empty()) << problem;
+
+  // The family's file with lstrip on one added token, rstrip on another, both on a third.
+  Json root = read_json(source / "tokenizer.json");
+  const std::vector<std::pair<std::string, std::pair<bool, bool>>> flags = {
+      {"<|im_start|>", {true, false}},  {"<|im_end|>", {false, true}},
+      {"<|endoftext|>", {true, true}},  {"<start_of_turn>", {false, true}},
+      {"<end_of_turn>", {true, false}}, {"<eos>", {true, true}}};
+  std::vector<std::string> stripping;
+  for (Json& token : root["added_tokens"]) {
+    for (const auto& [name, strip] : flags) {
+      if (token["content"] != name) continue;
+      token["lstrip"] = strip.first;
+      token["rstrip"] = strip.second;
+      stripping.push_back(name);
+    }
+  }
+  ASSERT_EQ(stripping.size(), 3u) << "the vocabulary lacks the tokens this test strips";
+  TempDir dir;
+  std::ofstream(dir.path / "tokenizer.json") << root.dump();
+  fs::copy_file(source / "tokenizer_config.json", dir.path / "tokenizer_config.json");
+  const std::optional<TokenizerData> data = tokenizer_data_from_hf(dir.path);
+  ASSERT_TRUE(data.has_value());
+  ASSERT_EQ(data->added_token_strip.size(), 3u);
+  const Tokenizer tokenizer(*data);
+
+  // Whitespace of several kinds and lengths on both sides of each token, tokens back to back.
+  const char* spaces[] = {" ", "  ", "\t", "\n", " \n ", "\u00a0", "\u3000", "\u2003 ", "\r\n\t"};
+  std::vector<std::string> texts = test_texts(stripping);
+  for (const std::string& token : stripping) {
+    for (const char* ws : spaces) {
+      texts.push_back(cat("a", ws, token, ws, "b"));
+      texts.push_back(cat(ws, token));
+      texts.push_back(cat(token, ws));
+      texts.push_back(cat(ws, token, ws, token, ws, "x"));
+      for (const std::string& other : stripping)
+        texts.push_back(cat("Hi", ws, token, ws, other, ws, "there"));
+    }
+  }
+  TempDir work;
+  std::ofstream(work.path / "texts.json") << Json(texts).dump();
+  const std::string run =
+      reference({"encode-hf", dir.path.string(), (work.path / "texts.json").string(),
+                 (work.path / "ids.json").string()},
+                work.path / "log.txt");
+  if (run.starts_with("skip: ")) GTEST_SKIP() << run;
+  ASSERT_TRUE(run.empty()) << run;
+  const Json expected = read_json(work.path / "ids.json");
+  size_t compared = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SCOPED_TRACE(cat(kind, " text ", i, ": '", texts[i], "'"));
+    std::vector<int32_t> ours;
+    try {
+      ours = tokenizer.encode(texts[i], {.add_special = false});
+    } catch (const Error& e) {
+      EXPECT_TRUE(data->nfc) << e.what();  // only text NFC could change is refused
+      continue;
+    }
+    EXPECT_EQ(show(ours), show(expected["ids"][i].get<std::vector<int32_t>>()));
+    EXPECT_EQ(show(tokenizer.encode(texts[i])),
+              show(expected["ids_with_specials"][i].get<std::vector<int32_t>>()));
+    ++compared;
+  }
+  std::printf("[ %-16s] %zu texts with whitespace-stripping tokens compared with tokenizers\n",
+              kind.c_str(), compared);
+  EXPECT_GT(compared, texts.size() - 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Family, TokenizerJsonStrip, ::testing::Values("qwen2", "llama2"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
+
+// ---------------------------------------------------------------------------------------
 // Unsupported fields: an error naming the file and the field
 
 // A small valid byte-level tokenizer.json; `edit` changes it before it is written.
@@ -302,15 +385,28 @@ TEST(TokenizerJson, UnsupportedFieldsAreNamed) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {[](Json& r, Json&) { r["model"]["type"] = "Unigram"; }, "model.type \"Unigram\" is not supported"},
+      {[](Json& r, Json&) { r["model"]["type"] = "Unigram"; },
+       "model.type \"Unigram\" is not supported"},
       {[](Json& r, Json&) { r["model"]["continuing_subword_prefix"] = "##"; },
        "model.continuing_subword_prefix is \"##\""},
       {[](Json& r, Json&) { r["model"]["dropout"] = 0.1; }, "model.dropout is 0.1"},
-      {[](Json& r, Json&) { r["added_tokens"][0]["rstrip"] = true; },
-       "added_tokens[0] ('<|end|>') sets rstrip: true"},
-      {[](Json& r, Json&) { r["normalizer"] = {{"type", "Lowercase"}}; },
+      {[](Json& r, Json&) { r["added_tokens"][0]["single_word"] = true; },
+       "added_tokens[0] ('<|end|>') sets single_word: true"},
+      {[](Json& r, Json&) {
+         r["pre_tokenizer"] = nullptr;
+         r["normalizer"] = {
+             {"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+         r["added_tokens"].push_back(
+             {{"id", 257}, {"content", "ab"}, {"special", false}, {"lstrip", true}});
+       },
+       "added_tokens[1] ('ab') strips whitespace and is matched after spaces become U+2581"},
+      {[](Json& r, Json&) {
+         r["normalizer"] = {{"type", "Lowercase"}};
+       },
        "normalizer.type \"Lowercase\" is not supported"},
-      {[](Json& r, Json&) { r["pre_tokenizer"] = {{"type", "Whitespace"}}; },
+      {[](Json& r, Json&) {
+         r["pre_tokenizer"] = {{"type", "Whitespace"}};
+       },
        "pre_tokenizer.type \"Whitespace\" is not supported"},
       {[](Json& r, Json&) { r["pre_tokenizer"]["add_prefix_space"] = true; },
        "pre_tokenizer.add_prefix_space: true is not supported"},
@@ -336,14 +432,14 @@ TEST(TokenizerJson, UnsupportedFieldsAreNamed) {
        "model.merges[0] is \"a b c\", expected two tokens separated by one space"},
       {[](Json& r, Json&) { r["model"]["merges"] = Json::array({Json::array({"a"})}); },
        "model.merges[0] is [\"a\"], expected"},
-      {[](Json& r, Json&) { r["post_processor"] = {{"type", "BertProcessing"}}; },
+      {[](Json& r, Json&) {
+         r["post_processor"] = {{"type", "BertProcessing"}};
+       },
        "post_processor.type \"BertProcessing\" is not supported"},
       {[](Json&, Json& c) { c["bos_token"] = "<s>"; }, "bos_token '<s>' is not a token"},
       {[](Json&, Json& c) { c["add_bos_token"] = true; }, "BOS is to be added but no bos_token"},
       {[](Json& r, Json&) { r["model"]["vocab"]["Hello"] = 3; }, "id 3 is already"},
-      {[](Json& r, Json&) {
-         r["pre_tokenizer"] = nullptr;
-       },
+      {[](Json& r, Json&) { r["pre_tokenizer"] = nullptr; },
        "neither a ByteLevel pre-tokenizer nor spaces replaced by U+2581"},
       {[](Json& r, Json&) {
          r["pre_tokenizer"] = nullptr;

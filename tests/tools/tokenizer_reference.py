@@ -12,7 +12,7 @@
                                         `tokenizers` from the vocabulary of a GGUF file, with the
                                         normalizer / pre-tokenizer / post-processor of a family
                                         (qwen2, deepseek-r1-qwen, deepseek-v3, tekken, llama3,
-                                        smollm; gemma, llama2, metaspace-first)
+                                        smollm, gpt2; gemma, llama2, metaspace-first)
   encode-hf DIR TEXTS.json OUT.json     ids (without and with special tokens) and decoded text
                                         of each text, by `tokenizers` from DIR/tokenizer.json
 
@@ -228,6 +228,8 @@ def make_hf_one(kind, vocab_data, merges_cache, out_dir):
     elif kind == "llama3":
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"), byte_level_only])
+    elif kind == "gpt2":
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     elif kind == "smollm":
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Digits(individual_digits=True),

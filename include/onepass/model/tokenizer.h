@@ -31,6 +31,14 @@ struct PreTokenizerSplit {
   bool invert = false;  ///< the gaps play the part of the matches
 };
 
+/// An added token (tokenizer.json added_tokens) whose match takes in the whitespace beside
+/// it, as Hugging Face tokenizers' lstrip / rstrip do: that whitespace is not tokenized.
+struct AddedTokenStrip {
+  int32_t id = -1;
+  bool left = false;   ///< lstrip: the whitespace before it
+  bool right = false;  ///< rstrip: the whitespace after it
+};
+
 /// A vocabulary as a GGUF file stores it (keys tokenizer.ggml.*), or as read from a
 /// tokenizer.json, so the tokenizer does not depend on the file reader. Empty `scores` /
 /// `token_types` mean "all 0" / "all normal".
@@ -71,6 +79,8 @@ struct TokenizerData {
   bool space_prefix_if_missing = false;
   bool space_prefix_first_only = false;
   std::string chat_template;
+  /// The special or user-defined tokens that strip whitespace when matched in text.
+  std::vector<AddedTokenStrip> added_token_strip;
 };
 
 /// Token kinds of tokenizer.ggml.token_type (llama.cpp's numbering).

@@ -1,0 +1,462 @@
+// mlx-lm directories of each family load and run like the GGUF file they were converted
+// from. tests/tools/gguf_to_mlx.py writes the directory independently of onepass (gguf-py
+// dequantizes, numpy renames and re-lays the weights in Hugging Face's convention, the
+// `tokenizers` library writes tokenizer.json); onepass then loads both and must give the
+// same configuration, the same token ids, logits that differ only by the f16 rounding of
+// the weights, and the same greedy continuation. Random models of each family come from
+// make_model (small, with a sliding window shorter than the prompts); the real Gemma 3
+// 270M file (scripts/fetch-model gemma3-270m) is converted when installed. Skipped when
+// gguf-py, numpy or tokenizers is missing.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "onepass/core/error.h"
+#include "onepass/model/llama.h"
+#include "onepass/model/loader.h"
+#include "onepass/model/model_maker.h"
+#include "onepass/model/tokenizer.h"
+#include "support/testing.h"
+
+namespace onepass::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path tool_path() {
+  const fs::path beside =
+      fs::path(__FILE__).parent_path().parent_path() / "tools" / "gguf_to_mlx.py";
+  return fs::exists(beside) ? beside : fs::path("tests/tools/gguf_to_mlx.py");
+}
+
+std::string quote(const std::string& arg) {
+  std::string out = "'";
+  for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// "" on success, "skip: ..." when a Python package is missing, else the failure and its output.
+std::string run_tool(const std::string& args) {
+  const std::string command = "python3 " + quote(tool_path().string()) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return "skip: cannot run python3";
+  std::string output;
+  char chunk[256];
+  while (size_t got = std::fread(chunk, 1, sizeof(chunk), pipe)) output.append(chunk, got);
+  const int status = pclose(pipe);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 0) return {};
+  return (code == 3 || code == 127 ? "skip: " : "failed: ") + output;
+}
+
+// Converts `gguf` into `dir` (kept between runs of the same file and scripts) with its
+// matrices in `type`: f16, or q<bits>_<group> for mlx's affine quantisation.
+std::string convert(const fs::path& gguf, const fs::path& dir, const std::string& type = "f16") {
+  return run_tool("convert " + quote(gguf.string()) + " " + quote(dir.string()) + " " + type);
+}
+
+// The configuration both loaders derive; the MLX side runs Hugging Face's rotate-half RoPE
+// and adds Gemma's 1 to its stored norm weights.
+void expect_same_config(const LlamaConfig& gguf, const LlamaConfig& mlx) {
+  EXPECT_EQ(mlx.architecture, gguf.architecture);
+  EXPECT_EQ(mlx.vocab_size, gguf.vocab_size);
+  EXPECT_EQ(mlx.hidden, gguf.hidden);
+  EXPECT_EQ(mlx.ffn, gguf.ffn);
+  EXPECT_EQ(mlx.layers, gguf.layers);
+  EXPECT_EQ(mlx.heads, gguf.heads);
+  EXPECT_EQ(mlx.kv_heads, gguf.kv_heads);
+  EXPECT_EQ(mlx.head_dim, gguf.head_dim);
+  EXPECT_EQ(mlx.rope_dims, gguf.rope_dims);
+  EXPECT_FLOAT_EQ(mlx.rope_theta, gguf.rope_theta);
+  EXPECT_FLOAT_EQ(mlx.rope_freq_scale, gguf.rope_freq_scale);
+  EXPECT_FLOAT_EQ(mlx.norm_eps, gguf.norm_eps);
+  EXPECT_EQ(mlx.tied_output, gguf.tied_output);
+  EXPECT_EQ(mlx.qkv_bias, gguf.qkv_bias);
+  EXPECT_EQ(mlx.activation, gguf.activation);
+  EXPECT_EQ(mlx.qk_norm, gguf.qk_norm);
+  EXPECT_EQ(mlx.post_norms, gguf.post_norms);
+  EXPECT_FLOAT_EQ(mlx.embedding_scale, gguf.embedding_scale);
+  EXPECT_FLOAT_EQ(mlx.attention_scale_or_default(), gguf.attention_scale_or_default());
+  EXPECT_FLOAT_EQ(mlx.attn_softcap, gguf.attn_softcap);
+  EXPECT_FLOAT_EQ(mlx.final_softcap, gguf.final_softcap);
+  EXPECT_EQ(mlx.sliding_window, gguf.sliding_window);
+  for (int64_t l = 0; l < gguf.layers; ++l) {
+    EXPECT_EQ(mlx.layer_is_local(l), gguf.layer_is_local(l)) << "layer " << l;
+    EXPECT_FLOAT_EQ(mlx.layer_rope_theta(l), gguf.layer_rope_theta(l)) << "layer " << l;
+  }
+  EXPECT_EQ(mlx.fused_qkv_tensor, gguf.fused_qkv_tensor);
+  EXPECT_EQ(mlx.fused_gate_up_tensor, gguf.fused_gate_up_tensor);
+  EXPECT_TRUE(mlx.rope_neox);
+  EXPECT_FLOAT_EQ(mlx.norm_weight_offset, gguf.post_norms ? 1.0f : 0.0f);
+}
+
+struct Agreement {
+  double max_error = 0;  // largest |logit difference| / largest |logit| of the GGUF run
+  double mean_kl = 0;    // KL(GGUF || MLX) of the next-token distributions, averaged
+  size_t top1_agree = 0, positions = 0;
+};
+
+void add_rows(std::span<const float> want, std::span<const float> got, size_t vocab, Agreement& a,
+              double& kl_sum) {
+  for (size_t row = 0; row * vocab < want.size(); ++row) {
+    const auto w = want.subspan(row * vocab, vocab), g = got.subspan(row * vocab, vocab);
+    double scale = 0, error = 0, max_w = -INFINITY, max_g = -INFINITY;
+    for (size_t i = 0; i < vocab; ++i) {
+      scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+      error = std::max(error, std::abs(static_cast<double>(w[i]) - g[i]));
+      max_w = std::max(max_w, static_cast<double>(w[i]));
+      max_g = std::max(max_g, static_cast<double>(g[i]));
+    }
+    a.max_error = std::max(a.max_error, error / std::max(scale, 1e-30));
+    double sum_w = 0, sum_g = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      sum_w += std::exp(w[i] - max_w);
+      sum_g += std::exp(g[i] - max_g);
+    }
+    double kl = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      const double lw = w[i] - max_w - std::log(sum_w), lg = g[i] - max_g - std::log(sum_g);
+      kl += std::exp(lw) * (lw - lg);
+    }
+    kl_sum += kl;
+    const auto top_w = std::max_element(w.begin(), w.end()) - w.begin();
+    const auto top_g = std::max_element(g.begin(), g.end()) - g.begin();
+    a.top1_agree += top_w == top_g ? 1 : 0;
+    ++a.positions;
+  }
+}
+
+size_t argmax(std::span<const float> row) {
+  return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// Loads `gguf` and the directory, compares configuration, token ids, teacher-forced logits of
+// each prompt and a greedy continuation of `steps` tokens.
+Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir,
+                  const std::vector<std::string>& prompts, int steps, int64_t context) {
+  const auto gguf = open_model(gguf_path);
+  const auto mlx = open_model(mlx_dir);
+  expect_same_config(gguf->config(), mlx->config());
+  const Tokenizer gguf_tok(*gguf->tokenizer_data());
+  const Tokenizer mlx_tok(*mlx->tokenizer_data());
+  EXPECT_EQ(mlx_tok.bos_id(), gguf_tok.bos_id());
+  EXPECT_EQ(mlx_tok.eos_id(), gguf_tok.eos_id());
+
+  auto backend = testing::cpu_backend();
+  LlamaModel a(backend, *gguf, LoadOptions{.context = context});
+  LlamaModel b(backend, *mlx, LoadOptions{.context = context});
+  const auto vocab = static_cast<size_t>(gguf->config().vocab_size);
+  Agreement agreement;
+  double kl_sum = 0;
+  for (const std::string& prompt : prompts) {
+    SCOPED_TRACE("prompt '" + prompt + "'");
+    const std::vector<int32_t> ids = gguf_tok.encode(prompt);
+    EXPECT_EQ(mlx_tok.encode(prompt), ids);
+    a.reset();
+    b.reset();
+    const auto want_span = a.evaluate(ids);
+    const std::vector<float> reference(want_span.begin(), want_span.end());
+    const auto got = b.evaluate(ids);
+    add_rows(reference, got, vocab, agreement, kl_sum);
+
+    // Greedy continuation from each model's own choices: equal unless the GGUF run's two
+    // best candidates are within the rounding of each other, after which they may part.
+    std::vector<float> last_a(reference.end() - static_cast<std::ptrdiff_t>(vocab),
+                              reference.end());
+    std::vector<float> last_b(got.end() - static_cast<std::ptrdiff_t>(vocab), got.end());
+    for (int s = 0; s < steps; ++s) {
+      const size_t next_a = argmax(last_a), next_b = argmax(last_b);
+      if (next_a != next_b) {
+        const double gap = std::abs(static_cast<double>(last_a[next_a]) - last_a[next_b]);
+        EXPECT_LT(gap, 1e-2 * std::abs(static_cast<double>(last_a[next_a])))
+            << "greedy step " << s << ": GGUF " << next_a << ", MLX " << next_b;
+        break;
+      }
+      const auto la = a.decode(static_cast<int32_t>(next_a));
+      last_a.assign(la.begin(), la.end());
+      const auto lb = b.decode(static_cast<int32_t>(next_b));
+      last_b.assign(lb.begin(), lb.end());
+    }
+  }
+  agreement.mean_kl = kl_sum / static_cast<double>(std::max<size_t>(agreement.positions, 1));
+  return agreement;
+}
+
+const std::vector<std::string> kPrompts = {
+    "The capital of France is Paris, and the capital of Italy is",
+    "def add(a, b):\n    return a + b\n\nprint(add(2,",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+};
+
+// ---------------------------------------------------------------------------------------
+// Random models of each family
+
+struct FamilyCase {
+  const char* shape;             // a make-model shape, shrunk below
+  int64_t head_dim;              // 0: hidden / heads
+  DType gguf_type = DType::f16;  // of the GGUF file's matrices
+  const char* type = "f16";      // of the directory's: f16, or q8_32 (q8_0's blocks as mlx groups)
+};
+
+void PrintTo(const FamilyCase& c, std::ostream* out) { *out << c.shape << " " << c.type; }
+
+class MlxFamily : public ::testing::TestWithParam<FamilyCase> {};
+
+TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
+  const FamilyCase param = GetParam();
+  ModelShape shape = *find_model_shape(param.shape);
+  shape.hidden = 128;
+  shape.ffn = 256;
+  shape.layers =
+      shape.sliding_window > 0 ? 7 : 2;  // Gemma 3: local layers on both sides of a global one
+  shape.heads = 4;
+  shape.kv_heads = shape.architecture == "phi3" ? 4 : 2;
+  shape.vocab = 1024;
+  shape.head_dim = param.head_dim;
+  if (shape.sliding_window > 0) shape.sliding_window = 6;  // shorter than the prompts
+  shape.context = 256;
+  const fs::path dir =
+      fs::temp_directory_path() / cat("onepass_mlx_family_", ::getpid(), "_", param.shape);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  make_model(shape, param.gguf_type, dir / "model.gguf", MakeModelOptions{.seed = seed});
+  const std::string converted = convert(dir / "model.gguf", dir / "mlx", param.type);
+  if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
+  ASSERT_TRUE(converted.empty()) << converted;
+
+  EXPECT_EQ(open_model(dir / "mlx")->find("blk.0.ffn_down.weight")->affine.has_value(),
+            std::string(param.type) != "f16");
+  const Agreement a = compare(dir / "model.gguf", dir / "mlx", kPrompts, 8, 256);
+  std::printf(
+      "[ %-13s %-5s] %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "
+      "%zu/%zu\n",
+      param.shape, param.type, a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
+  // The directory's matrices hold the GGUF's values exactly (f16, or q8_0's scales and
+  // quants as mlx groups); only the norm weights (f32 in GGUF) are rounded to f16. A wrong
+  // name, layout or key gives errors of the logits' own size (0.25 of the largest logit
+  // when Gemma's FFN norms are swapped).
+  EXPECT_LT(a.max_error, 1e-2);
+  EXPECT_LT(a.mean_kl, 1e-5);
+  EXPECT_GE(a.top1_agree + 2, a.positions);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
+                         ::testing::Values(FamilyCase{"smollm2-135m", 0},
+                                           FamilyCase{"qwen3-0.6b", 64},
+                                           FamilyCase{"gemma3-270m", 64},
+                                           FamilyCase{"gemma2-2b", 48}, FamilyCase{"phi3-mini", 0},
+                                           FamilyCase{"smollm2-135m", 0, DType::q8_0, "q8_32"},
+                                           FamilyCase{"qwen3-0.6b", 64, DType::q8_0, "q8_32"},
+                                           FamilyCase{"gemma3-270m", 64, DType::q8_0, "q8_32"},
+                                           FamilyCase{"gemma2-2b", 48, DType::q8_0, "q8_32"},
+                                           FamilyCase{"phi3-mini", 0, DType::q8_0, "q8_32"}),
+                         [](const auto& param_info) {
+                           std::string name =
+                               std::string(param_info.param.shape) + "_" + param_info.param.type;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           std::replace(name.begin(), name.end(), '.', '_');
+                           return name;
+                         });
+
+// ---------------------------------------------------------------------------------------
+// Gemma 3 as the multimodal checkpoints lay it out, and config.json errors
+
+// Renames every tensor of a safetensors file (the payload stays; offsets are relative to it).
+void rename_tensors(const fs::path& path,
+                    const std::function<std::string(const std::string&)>& rename,
+                    const nlohmann::json& extra = nlohmann::json::object()) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  std::string header(length, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  const std::string payload((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  nlohmann::json renamed = nlohmann::json::object();
+  const nlohmann::json original = nlohmann::json::parse(header);
+  for (const auto& [name, info] : original.items()) {
+    renamed[name == "__metadata__" ? name : rename(name)] = info;
+  }
+  std::string data = payload;
+  for (const auto& [name, info] : extra.items()) {  // {dtype, shape, bytes}: zeros after the rest
+    const size_t bytes = info["bytes"].get<size_t>();
+    renamed[name] = {{"dtype", info["dtype"]},
+                     {"shape", info["shape"]},
+                     {"data_offsets", {data.size(), data.size() + bytes}}};
+    data.append(bytes, '\0');
+  }
+  std::string text = renamed.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint64_t new_length = text.size();
+  out.write(reinterpret_cast<const char*>(&new_length), 8);
+  out << text << data;
+}
+
+// A random Gemma 3 and its mlx directory in a fresh folder; "" or why not.
+std::string make_gemma3(const fs::path& dir) {
+  ModelShape shape = *find_model_shape("gemma3-270m");
+  shape.hidden = 128;
+  shape.ffn = 256;
+  shape.layers = 7;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 64;
+  shape.vocab = 1024;
+  shape.sliding_window = 6;
+  shape.context = 256;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  make_model(shape, DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
+  return convert(dir / "model.gguf", dir / "mlx");
+}
+
+nlohmann::json read_config(const fs::path& dir) {
+  std::ifstream in(dir / "config.json");
+  return nlohmann::json::parse(in);
+}
+
+TEST(MlxGemma3, MultimodalLayoutLoadsItsLanguageModel) {
+  const fs::path dir =
+      fs::temp_directory_path() / cat("onepass_mlx_gemma3_multimodal_", ::getpid());
+  const std::string made = make_gemma3(dir);
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  // Gemma3ForConditionalGeneration: the text model under language_model.model., its keys in
+  // text_config without vocab_size (the embedding's rows), vision tensors beside it.
+  const nlohmann::json text = read_config(dir / "mlx");
+  nlohmann::json text_config = text;
+  text_config.erase("vocab_size");
+  text_config.erase("tie_word_embeddings");
+  const nlohmann::json multimodal = {{"model_type", "gemma3"},
+                                     {"architectures", {"Gemma3ForConditionalGeneration"}},
+                                     {"text_config", text_config},
+                                     {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                                     {"mm_tokens_per_image", 256}};
+  std::ofstream(dir / "mlx" / "config.json") << multimodal.dump(1);
+  rename_tensors(dir / "mlx" / "model.safetensors",
+                 [](const std::string& name) { return "language_model." + name; },
+                 {{"vision_tower.vision_model.post_layernorm.weight",
+                   {{"dtype", "F16"}, {"shape", {2}}, {"bytes", 4}}}});
+  const Agreement a = compare(dir / "model.gguf", dir / "mlx", {kPrompts[0]}, 4, 256);
+  EXPECT_LT(a.max_error, 1e-2);
+  EXPECT_LT(a.mean_kl, 1e-5);
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+TEST(MlxGemma3, ConfigErrorsNameTheKey) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_gemma3_errors_", ::getpid());
+  const std::string made = make_gemma3(dir);
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  const nlohmann::json good = read_config(dir / "mlx");
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    try {
+      (void)open_model(dir / "mlx");
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& c) { c["model_type"] = "gemma3n"; },
+       "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
+       "gemma3, phi3)"},
+      {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; },
+       "activation 'relu' is not supported"},
+      {[](nlohmann::json& c) { c["layer_types"][1] = "full_attention"; },
+       "layer_types is not a repeating pattern of local layers ending in one global layer (layer 3 "
+       "breaks the "
+       "period 2)"},
+      {[](nlohmann::json& c) { c["layer_types"][0] = "chunked_attention"; },
+       "layer_types holds \"chunked_attention\""},
+      {[](nlohmann::json& c) { c["layer_types"].erase(0); },
+       "'layer_types' must list one entry per layer (7)"},
+      {[](nlohmann::json& c) { c["sliding_window"] = 0; },
+       "'sliding_window' is 0, expected a positive"},
+      {[](nlohmann::json& c) { c["query_pre_attn_scalar"] = -1; }, "'query_pre_attn_scalar' is -1"},
+      {[](nlohmann::json& c) { c["use_bidirectional_attention"] = true; },
+       "use_bidirectional_attention: true"},
+      {[](nlohmann::json& c) {
+         c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+       },
+       "rope scaling 'yarn' is not supported"},
+      {[](nlohmann::json& c) { c["text_config"] = 3; }, "'text_config' is 3, expected an object"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string error = error_with(edit);
+    EXPECT_NE(error.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find("mlx"), std::string::npos) << error;
+  }
+  // Without layer_types: sliding_window_pattern, else Gemma 3's period of 6.
+  auto config_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    return open_model(dir / "mlx")->config();
+  };
+  const LlamaConfig by_default = config_with([](nlohmann::json& c) {
+    c.erase("layer_types");
+    c.erase("_sliding_window_pattern");
+  });
+  EXPECT_EQ(by_default.sliding_window_period, 6);
+  EXPECT_EQ(config_with([](nlohmann::json& c) {
+              c.erase("layer_types");
+              c["sliding_window_pattern"] = 3;
+            }).sliding_window_period,
+            3);
+  EXPECT_EQ(config_with([](nlohmann::json& c) {
+              for (auto& t : c["layer_types"]) t = "full_attention";
+            }).sliding_window,
+            0);
+  const LlamaConfig scaled = config_with([](nlohmann::json& c) {
+    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  });
+  EXPECT_FLOAT_EQ(scaled.rope_freq_scale, 0.125f);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// The real Gemma 3 270M
+
+TEST(MlxGemmaReal, DirectoryConvertedFromTheGgufMatchesIt) {
+  const fs::path gguf = "models/gemma-3-270m-q4_k_m.gguf";
+  if (!fs::exists(gguf)) GTEST_SKIP() << gguf << " not installed (scripts/fetch-model gemma3-270m)";
+  // Kept between runs: the conversion of 268M weights takes longer than the comparison.
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_gemma3_270m_", ::getuid());
+  const std::string converted = convert(gguf, dir);
+  if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
+  ASSERT_TRUE(converted.empty()) << converted;
+  const Agreement a = compare(gguf, dir, kPrompts, 12, 128);
+  std::printf(
+      "gemma3 270m: %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "
+      "%zu/%zu\n",
+      a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
+  // GGUF multiplies the quantised blocks directly; the directory holds their values rounded
+  // to f16.
+  EXPECT_LT(a.max_error, 2e-2);
+  EXPECT_LT(a.mean_kl, 1e-4);
+  EXPECT_GE(a.top1_agree + 1, a.positions);
+}
+
+}  // namespace
+}  // namespace onepass::model
