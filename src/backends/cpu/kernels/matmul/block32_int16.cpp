@@ -6,7 +6,8 @@
 // affine byte transform that both extracts the nibbles and sign-extends q - 8, a widening
 // move) where the f32 path builds a 16-entry table and picks from it twice; the f32 FMAs
 // per block go from two to one. The x error this adds is at most 2^-16 of its group's
-// largest |x| per value, about 250 times below the 8-bit blocks llama.cpp uses.
+// largest |x| per value, about 250 times below the 8-bit blocks llama.cpp uses. With one
+// row of x, q4_0 and q4_1 go through four weight rows at a time (dot_weight_rows).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
