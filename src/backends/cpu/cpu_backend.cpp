@@ -1,5 +1,6 @@
 #include "cpu_backend.h"
 #include "select.h"
+#include "cpu_kernels.h"
 #include "cpu_launch.h"
 #include "kernels/quant_blocks.h"
 
@@ -41,15 +42,31 @@ struct Task {
 };
 
 // Cuts a dispatch's blocks into the tasks pool threads take one at a time. One thread runs
-// a dispatch in one call (a fused kernel's per-call work, the norm of x, is then done once).
-// More threads take shrinking runs (guided self-scheduling): each task is a
+// a dispatch in one call, and so does a small one (kCpuOneThreadBytes). A kernel that prepares its input in every call (the
+// matrix-vector products: x rounded, or normalised by a fused norm) gets one even run of
+// blocks per thread, so that work is done once per thread; its blocks all cost the same.
+// Other kernels take shrinking runs (guided self-scheduling): each task is a
 // 1 / (kCpuTasksPerThread * threads) share of the blocks not yet handed out, at least one
 // block, so the first tasks are large (few claims) and the last ones small, and a thread
-// that finishes early waits for at most one small task of the other threads.
+// that finishes early waits for at most one small task of the other threads (blocks of
+// unequal cost, such as causal attention rows, stay balanced).
+uint64_t touched_bytes(const Dispatch& d) {
+  if (d.moved_bytes > 0) return d.moved_bytes;
+  uint64_t bytes = 0;
+  for (const MemRange& r : d.reads) bytes += r.size();
+  for (const MemRange& r : d.writes) bytes += r.size();
+  return bytes;
+}
+
 void cut_into_tasks(const Dispatch& d, int threads, std::vector<Task>& tasks) {
   const uint64_t blocks = d.dims.grid.count();
-  if (threads <= 1) {
+  if (threads <= 1 || touched_bytes(d) < kCpuOneThreadBytes) {
     tasks.push_back({&d, 0, blocks});
+    return;
+  }
+  if (prepares_input_per_call(d.kernel->cpu)) {
+    const uint64_t runs = std::min<uint64_t>(blocks, static_cast<uint64_t>(threads));
+    for (uint64_t i = 0; i < runs; ++i) tasks.push_back({&d, blocks * i / runs, blocks * (i + 1) / runs});
     return;
   }
   const uint64_t share = kCpuTasksPerThread * static_cast<uint64_t>(threads);

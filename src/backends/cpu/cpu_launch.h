@@ -25,4 +25,9 @@ inline constexpr int64_t kCpuMmColsPerBlock = 64;
 /// block at the end; threads take them one at a time from a shared counter.
 inline constexpr uint64_t kCpuTasksPerThread = 2;
 
+/// A dispatch that touches fewer bytes than this (its moved_bytes, else its declared reads
+/// and writes) runs as one task on the calling thread: handing a microsecond of work to
+/// another thread costs about as much as the work (the job's cache lines cross cores).
+inline constexpr uint64_t kCpuOneThreadBytes = 16 << 10;
+
 }  // namespace onepass::cpu

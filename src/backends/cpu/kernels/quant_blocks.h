@@ -62,12 +62,19 @@ XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, boo
 using DotRowsInt16Fn = void (*)(const void* w_row, const XInt16& x, int64_t m, float* out,
                                 int64_t out_stride);
 
+/// out[r] = Σ_j x_0[j] · w_rows[r * w_row_bytes + j] for r < n, with one row of x (m = 1)
+/// rounded as XInt16 says; a row's value does not depend on n or on its place among them.
+using DotWeightRowsInt16Fn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
+                                      const XInt16& x, float* out);
+
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
   // Set where integer x is faster (Isa::avx512_vnni, 32-value block formats): the
   // matrix-vector kernels then use it in place of `dot`; x needs block sums when set.
   DotRowsInt16Fn dot_int16 = nullptr;
+  // With one row of x, for several weight rows at once; null where one at a time is as fast.
+  DotWeightRowsInt16Fn dot_weight_rows_int16 = nullptr;
   bool int16_block_sums = false;
 };
 

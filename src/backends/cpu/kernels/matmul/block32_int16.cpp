@@ -6,7 +6,8 @@
 // affine byte transform that both extracts the nibbles and sign-extends q - 8, a widening
 // move) where the f32 path builds a 16-entry table and picks from it twice; the f32 FMAs
 // per block go from two to one. The x error this adds is at most 2^-16 of its group's
-// largest |x| per value, about 250 times below the 8-bit blocks llama.cpp uses.
+// largest |x| per value, about 250 times below the 8-bit blocks llama.cpp uses. With one
+// row of x, q4_0 and q4_1 go through four weight rows at a time (dot_weight_rows).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -137,6 +138,62 @@ void dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_stride
   }
 }
 
+// How far ahead of the weights being read dot_weight_rows_r asks for them (bytes along each
+// row and the rows that follow it): the R rows are read side by side, R streams a few
+// hundred bytes long each for the small products, which the hardware prefetchers do not
+// pick up as they do one long stream.
+constexpr int64_t kPrefetchBytes = 4096;
+
+// R weight rows with one row of x: each block of x is loaded once for the R rows, and
+// each row's blocks go into one f32 sum (the R rows are the independent chains), scaled
+// per group into the row's total; the additive terms m · Σx per block in one scalar chain
+// per row. A row's value does not depend on R. Against one row at a time (dot_group), the
+// reduction and the end of each row's dependency chain are shared by R rows: for rows of a
+// few hundred values they cost as much as the row's blocks.
+template <typename Fmt, int R, bool kPrefetch>
+void dot_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, float* out) {
+  const int64_t blocks = x.k / 32;
+  // Weights are asked for in address order, `lead` bytes ahead: the next R rows (which the
+  // next call reads) while these are read, and at least kPrefetchBytes ahead.
+  const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
+  __m512 acc[R];
+  float offsets[R] = {};
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t g0 = 0, g = 0; g0 < blocks; g0 += kXInt16Group / 32, ++g) {
+    const int64_t g1 = std::min(blocks, g0 + kXInt16Group / 32);
+    __m512 part[R];
+    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+    for (int64_t b = g0; b < g1; ++b) {
+      if constexpr (kPrefetch) {
+        for (int64_t o = 0; o < R * Fmt::kBytes; o += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(w + lead + b * R * Fmt::kBytes + o), _MM_HINT_T0);
+        }
+      }
+      const __m512i xq = _mm512_load_si512(x.q + 32 * b);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* wb = w + r * w_row_bytes + b * Fmt::kBytes;
+        const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), Fmt::values(wb), xq);
+        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(half_at(wb)), part[r]);
+        if constexpr (Fmt::kOffset) offsets[r] += Fmt::offset(wb) * x.block_sum[b];
+      }
+    }
+    const __m512 scale = _mm512_set1_ps(x.group_scale[g]);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(part[r], scale, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + offsets[r];
+}
+
+// DotWeightRowsInt16Fn: four weight rows at a time, the weights asked for ahead in
+// address order (four rows read side by side are four short streams, which the hardware
+// prefetchers do not follow as they follow one).
+template <typename Fmt>
+void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
+  const auto* w = static_cast<const uint8_t*>(rows);
+  int64_t r = 0;
+  for (; r + 4 <= n; r += 4) dot_weight_rows_r<Fmt, 4, true>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for (; r < n; ++r) dot_weight_rows_r<Fmt, 1, true>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+}
+
 template <typename Fmt, int M>
 void dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
   if constexpr (M > 1) {
@@ -236,6 +293,22 @@ DotRowsInt16Fn block32_int16_dot(DType w) {
     case DType::q8_0:
       return avx512_vnni::dot_rows<avx512_vnni::Q8_0>;
     default:
+      break;
+  }
+#else
+  (void)w;
+#endif
+  return nullptr;
+}
+
+DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w) {
+#if ONEPASS_CPU_X86
+  switch (w) {
+    case DType::q4_0:
+      return avx512_vnni::dot_weight_rows<avx512_vnni::Q4_0>;
+    case DType::q4_1:
+      return avx512_vnni::dot_weight_rows<avx512_vnni::Q4_1>;
+    default:  // q8_0 reads twice the bytes per value: one row at a time keeps it at the memory's pace
       break;
   }
 #else

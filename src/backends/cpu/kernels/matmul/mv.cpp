@@ -1,5 +1,6 @@
 // mv_<W>_f32 on the CPU: each block dots its kCpuMvRowsPerBlock weight rows with all M rows
-// of x, decoding each weight row once (the row kernels' dot).
+// of x, decoding each weight row once (the row kernels' dot); with one row of x, the block's
+// weight rows go through RowDots::rows together.
 #include <algorithm>
 
 #include "../../cpu_launch.h"
@@ -17,6 +18,10 @@ void mv(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) {
   for (uint64_t b = first; b < end; ++b) {
     const int64_t n0 = static_cast<int64_t>(b) * kCpuMvRowsPerBlock;
     const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
+    if (a.m == 1) {
+      dot.rows(w + n0 * a.w_row_bytes, a.w_row_bytes, n1 - n0, a.out + n0);
+      continue;
+    }
     for (int64_t n = n0; n < n1; ++n) {
       dot(w + n * a.w_row_bytes, a.out + n, a.out_stride);
     }

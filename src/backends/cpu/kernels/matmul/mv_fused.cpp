@@ -114,17 +114,32 @@ void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) 
   float product[ops::kMatmulMvMaxRows];
   float up[ops::kMatmulMvMaxRows];
   float block_values[kCpuMvRowsPerBlock];  // RoPE: one token's outputs of the block
+  // One row of x: the block's products (and its up rows') together, as mv_<W>_f32 does.
+  float block_products[kCpuMvRowsPerBlock];
+  float block_up[kCpuMvRowsPerBlock];
   for (uint64_t b = first; b < end; ++b) {
     const int64_t n0 = static_cast<int64_t>(b) * kCpuMvRowsPerBlock;
     const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
+    if (a.m == 1) {
+      dot.rows(w + n0 * a.w_row_bytes, a.w_row_bytes, n1 - n0, block_products);
+      if (f.silu != 0 && !rope) dot.rows(w + (n0 + a.n) * a.w_row_bytes, a.w_row_bytes, n1 - n0, block_up);
+    }
     for (int64_t n = n0; n < n1; ++n) {
-      dot(w + n * a.w_row_bytes, product, 1);
+      if (a.m == 1) {
+        product[0] = block_products[n - n0];
+      } else {
+        dot(w + n * a.w_row_bytes, product, 1);
+      }
       if (rope) {
         block_values[n - n0] = product[0];
         continue;
       }
       if (f.silu != 0) {
-        dot(w + (n + a.n) * a.w_row_bytes, up, 1);
+        if (a.m == 1) {
+          up[0] = block_up[n - n0];
+        } else {
+          dot(w + (n + a.n) * a.w_row_bytes, up, 1);
+        }
         for (int64_t i = 0; i < a.m; ++i) product[i] = (f.gelu != 0 ? gelu(product[i]) : silu(product[i])) * up[i];
       }
       for (int64_t i = 0; i < a.m; ++i) {

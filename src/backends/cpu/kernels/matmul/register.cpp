@@ -1,7 +1,7 @@
 // CPU kernels mv_<W>_f32, mm_<W>_f32 and mv_fused_<W>_f32 (dense and GGML block formats): registration.
 //
-// Activations stay f32 throughout (no quantisation of x), so results differ from a float64
-// reference only by f32 rounding and accumulation order.
+// x is f32, or rounded to 16-bit integers per group for the integer row kernels
+// (block32_int16.cpp); products accumulate in f32.
 #include <string>
 
 #include "../../cpu_kernels.h"
@@ -18,6 +18,14 @@ void register_matmul_kernels(KernelRegistry& registry) {
     registry.add(make_cpu_kernel<ops::MatmulArgs>("mm_" + name + "_f32", mm_kernel(w)));
     registry.add(make_cpu_kernel<ops::FusedMatvecArgs>("mv_fused_" + name + "_f32", mv_fused_kernel(w)));
   }
+}
+
+bool prepares_input_per_call(CpuKernelFn fn) {
+  if (fn == nullptr) return false;
+  for (DType w : kMatmulWeightTypes) {
+    if (fn == mv_kernel(w) || fn == mv_fused_kernel(w)) return true;
+  }
+  return false;
 }
 
 }  // namespace onepass::cpu

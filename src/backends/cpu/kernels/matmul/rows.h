@@ -55,6 +55,7 @@ RowKernels kquant_low_row_kernels(DType w, Isa isa);  // q2_k, q3_k (kquant_low.
 // The integer row kernels of `w` for Isa::avx512_vnni (block32_int16.cpp); null for the
 // weight types without them.
 DotRowsInt16Fn block32_int16_dot(DType w);
+DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
 /// (rounded to XInt16 when the weight type has integer row kernels on `isa`), then
@@ -72,6 +73,15 @@ class RowDots {
       kernels_.dot_int16(w_row, x_int16_, m_, out, out_stride);
     } else {
       kernels_.dot(w_row, x_, x_stride_, m_, k_, out, out_stride);
+    }
+  }
+  /// With one row of x (m = 1): out[r] for the n weight rows from w_rows, w_row_bytes apart,
+  /// each the value operator() gives for it.
+  void rows(const uint8_t* w_rows, int64_t w_row_bytes, int64_t n, float* out) const {
+    if (kernels_.dot_weight_rows_int16 != nullptr) {
+      kernels_.dot_weight_rows_int16(w_rows, w_row_bytes, n, x_int16_, out);
+    } else {
+      for (int64_t r = 0; r < n; ++r) (*this)(w_rows + r * w_row_bytes, out + r, 1);
     }
   }
 
