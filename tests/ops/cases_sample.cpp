@@ -335,6 +335,33 @@ ONEPASS_OP_CASES(sample) {
       run_and_compare(c, logits, rows);
     }});
   }
+  // The max in the columns of each of 32 warps of a 1024-wide block (column 32 w + j), in
+  // rows of mixed signs and rows of negative values only: greedy rows, top-k 1, min-p 1
+  // (only the max kept) and a plain draw must each see every warp's share of the row.
+  cases.push_back({"sample/max_in_every_warp", [](OpContext& c) {
+    const int64_t cols = 1024;
+    const int64_t n = 128;
+    std::vector<float> values(static_cast<size_t>(n * cols));
+    for (int64_t r = 0; r < n; ++r) {
+      const bool negative = r % 2 == 1;
+      std::uniform_real_distribution<float> uniform(negative ? -9.0f : -4.0f, negative ? -2.0f : 4.0f);
+      float* row = values.data() + r * cols;
+      for (int64_t i = 0; i < cols; ++i) row[i] = uniform(c.rng());
+      row[(r % 32) * 32 + static_cast<int64_t>(c.rng()() % 32)] = negative ? -0.5f : 9.0f;
+    }
+    const TensorView logits = c.input_from(DType::f32, {n, cols}, values);
+    std::vector<RowCase> rows;
+    for (int64_t r = 0; r < n; ++r) {
+      const uint64_t seed = c.rng()();
+      switch (r / 32) {
+        case 0: rows.push_back(sampled(0.0f, 0, 1.0f, 0.0f, seed, 0)); break;
+        case 1: rows.push_back(sampled(1.0f, 1, 1.0f, 0.0f, seed, 0)); break;
+        case 2: rows.push_back(sampled(0.8f, 0, 1.0f, 1.0f, seed, 0)); break;
+        default: rows.push_back(sampled(1.0f, 0, 1.0f, 0.0f, seed, static_cast<uint64_t>(r))); break;
+      }
+    }
+    run_and_compare(c, logits, rows);
+  }});
   // The host sampler draws what the op draws (first draws of their seeds).
   cases.push_back({"sample/matches_host_sampler", [](OpContext& c) {
     const TensorView logits = c.random_input(DType::f32, {64, 5000}, -8.0f, 8.0f);

@@ -143,6 +143,20 @@ __device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t
   return v > best_v || (v == best_v && i < best_i);
 }
 
+// The warp's largest (value, index) by `better` and its smallest value; every lane gets them.
+__device__ __forceinline__ void warp_max_min(float& best_v, int32_t& best_i, float& low) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(kFull, best_v, offset);
+    const int32_t i = __shfl_xor_sync(kFull, best_i, offset);
+    if (better(v, i, best_v, best_i)) {
+      best_v = v;
+      best_i = i;
+    }
+    low = fminf(low, __shfl_xor_sync(kFull, low, offset));
+  }
+}
+
 // Histogram of the candidates inside `within` at `depth` (0: buckets; d >= 1: byte d - 1
 // of the key, from the top, of the candidates in `bucket` whose key starts with the
 // 8 (d - 1) bits `prefix`). Returns, when min_p > 0, how many have p >= min_p.
@@ -345,16 +359,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
     }
     low = fminf(low, v);  // fminf ignores NaN
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(kFull, best_v, offset);
-    const int32_t i = __shfl_xor_sync(kFull, best_i, offset);
-    if (better(v, i, best_v, best_i)) {
-      best_v = v;
-      best_i = i;
-    }
-    low = fminf(low, __shfl_xor_sync(kFull, low, offset));
-  }
+  warp_max_min(best_v, best_i, low);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   if (lane == 0) {
@@ -363,16 +368,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
     sh.warp_low[warp] = low;
   }
   __syncthreads();
-  best_v = sh.warp_value[0];
-  best_i = sh.warp_index[0];
-  low = sh.warp_low[0];
-  for (int w = 1; w < kWarps; ++w) {
-    if (better(sh.warp_value[w], sh.warp_index[w], best_v, best_i)) {
-      best_v = sh.warp_value[w];
-      best_i = sh.warp_index[w];
-    }
-    low = fminf(low, sh.warp_low[w]);
-  }
+  // Every warp combines the warps' results, lane w taking warp w's, by the same shuffles.
+  // No loop over the warps: ptxas (13.0, 13.5) compiles `for (w = 1; w < 32; ++w)` over
+  // these arrays into code that skips warps 25..27 and reads neighbouring entries instead.
+  static_assert(kWarps == 32, "one warp result per lane");
+  best_v = sh.warp_value[lane];
+  best_i = sh.warp_index[lane];
+  low = sh.warp_low[lane];
+  warp_max_min(best_v, best_i, low);
   const int32_t argmax = best_i == INT_MAX ? 0 : best_i;  // all NaN: 0
   if (ops::sample_is_greedy(p) || !isfinite(best_v)) {
     if (threadIdx.x == 0) a.out[r] = argmax;
