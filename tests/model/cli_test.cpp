@@ -644,6 +644,8 @@ TEST_F(CliTest, InvalidSamplingValuesAreRefused) {
   refused({"generate", "-m", m, "--min-p", "1.5"}, "[generate] --min-p: expected a number in [0, 1]");
   refused({"generate", "-m", m, "--repeat-penalty", "0"}, "[generate] --repeat-penalty: expected a number above 0");
   refused({"generate", "-m", m, "--repeat-last-n", "-1"}, "[generate] --repeat-last-n: expected");
+  refused({"generate", "-m", m, "--presence-penalty", "3"}, "[generate] --presence-penalty: expected a number in [-2, 2]");
+  refused({"generate", "-m", m, "--frequency-penalty", "nan"}, "[generate] --frequency-penalty: expected");
   refused({"generate", "-m", m, "--stop", ""}, "[generate] --stop: the stop string is empty");
   refused({"chat", "-m", m, "--top-p", "0"}, "[chat] --top-p: expected");
   refused({"bench", "-m", m, "-p", "0"}, "[bench] -p/--prefill: expected a comma-separated list");
@@ -695,6 +697,14 @@ TEST_F(CliTest, RepeatPenaltyBreaksAGreedyLoop) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out, plain.out);
   EXPECT_LE(count(r.out, "I'm a cat."), 1u) << r.out;
+  // The presence and frequency penalties (subtracted from the logits of tokens seen) break it too.
+  for (const char* option : {"--presence-penalty", "--frequency-penalty"}) {
+    std::vector<std::string> with = args;
+    with.insert(with.end(), {option, "1.5"});
+    const ToolRun p = run(with);
+    ASSERT_EQ(p.status, 0) << option << ": " << p.err;
+    EXPECT_LE(count(p.out, "I'm a cat."), 2u) << option << ": " << p.out;
+  }
 }
 
 // A prompt and -n past the model's training context: a warning on stderr, and the run

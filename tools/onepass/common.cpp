@@ -294,7 +294,13 @@ void add_sampling_options(CLI::App& app, SamplingArgs& args) {
   app.add_option("--repeat-penalty", args.repeat_penalty,
                  "Penalise the last --repeat-last-n tokens (logit / p, or * p when negative); 1 = off")
       ->capture_default_str();
-  app.add_option("--repeat-last-n", args.repeat_last_n, "Tokens the repeat penalty looks back at")
+  app.add_option("--presence-penalty", args.presence_penalty,
+                 "Subtract this from the logit of every token among the last --repeat-last-n; 0 = off")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", args.frequency_penalty,
+                 "Subtract this times its count from the logit of each token among the last --repeat-last-n; 0 = off")
+      ->capture_default_str();
+  app.add_option("--repeat-last-n", args.repeat_last_n, "Tokens the penalties look back at")
       ->capture_default_str();
 }
 
@@ -308,6 +314,10 @@ model::SamplerOptions sampler_options(const SamplingArgs& args, std::string_view
         args.min_p);
   check(std::isfinite(args.repeat_penalty) && args.repeat_penalty > 0.0f, where,
         "--repeat-penalty: expected a number above 0 (1 = off), got ", args.repeat_penalty);
+  check(std::isfinite(args.presence_penalty) && std::abs(args.presence_penalty) <= 2.0f, where,
+        "--presence-penalty: expected a number in [-2, 2] (0 = off), got ", args.presence_penalty);
+  check(std::isfinite(args.frequency_penalty) && std::abs(args.frequency_penalty) <= 2.0f, where,
+        "--frequency-penalty: expected a number in [-2, 2] (0 = off), got ", args.frequency_penalty);
   check(args.repeat_last_n >= 0, where, "--repeat-last-n: expected a whole number >= 0, got ",
         args.repeat_last_n);
   model::SamplerOptions options;
@@ -316,6 +326,8 @@ model::SamplerOptions sampler_options(const SamplingArgs& args, std::string_view
   options.top_p = args.top_p;
   options.min_p = args.min_p;
   options.repeat_penalty = args.repeat_penalty;
+  options.presence_penalty = args.presence_penalty;
+  options.frequency_penalty = args.frequency_penalty;
   options.repeat_last_n = args.repeat_last_n;
   const bool seeded = args.seed_option != nullptr && args.seed_option->count() > 0;
   options.seed = seeded ? args.seed : std::random_device{}();
@@ -328,7 +340,10 @@ std::string describe_sampling(const model::SamplerOptions& o) {
                                 : format("temperature %.2f, top-k %d, top-p %.2f, min-p %.2f, seed %llu",
                                          o.temperature, o.top_k, o.top_p, o.min_p,
                                          static_cast<unsigned long long>(o.seed));
-  if (o.penalizes()) text += format(", repeat penalty %.2f over %d tokens", o.repeat_penalty, o.repeat_last_n);
+  if (o.penalizes()) {
+    text += format(", penalties over the last %d tokens: repeat %.2f, presence %.2f, frequency %.2f",
+                   o.repeat_last_n, o.repeat_penalty, o.presence_penalty, o.frequency_penalty);
+  }
   return text;
 }
 

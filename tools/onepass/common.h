@@ -47,11 +47,14 @@ struct SamplingArgs {
   float top_p = 0.95f;
   float min_p = 0.0f;
   float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   int32_t repeat_last_n = 64;
   uint64_t seed = 0;
   CLI::Option* seed_option = nullptr;
 };
-/// Adds -s/--seed, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n.
+/// Adds -s/--seed, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty,
+/// --frequency-penalty, --repeat-last-n.
 void add_sampling_options(CLI::App& app, SamplingArgs& args);
 /// The sampler options of `args` (a random seed unless --seed was given); throws Error
 /// naming `where` and the option for a value out of range (--temp -1, --top-p 2).
