@@ -841,6 +841,19 @@ std::pair<uint32_t, uint32_t> png_size(const fs::path& file) {
 
 // profile --dot groups a decode step's dispatches into a cluster per layer (plus input and
 // output), so that it renders as a picture of rows of layers, not one long chain.
+// profile --parallel B times the batched step of B sequences: a row per kernel kind,
+// including the paged attention the single-sequence step does not have.
+TEST_F(CliTest, ProfileOfABatchedStep) {
+  const fs::path tiny = make_tiny();
+  const ToolRun r = run({"profile", "-m", tiny.string(), "--backend", "cpu", "--prompt", "4", "--decode", "2",
+                         "--parallel", "3", "--group", "op"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("decode step of 3 sequences"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention"), std::string::npos) << r.out;
+  const ToolRun bad = run({"profile", "-m", tiny.string(), "--backend", "cpu", "--parallel", "0"});
+  EXPECT_EQ(bad.status, 1) << bad.out;
+}
+
 TEST_F(CliTest, ProfileDotHasAClusterPerLayer) {
   const fs::path tiny = make_tiny();
   const fs::path dot = dir_ / "step.dot";

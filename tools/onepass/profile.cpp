@@ -63,7 +63,7 @@ int run_profile(const ProfileArgs& args) {
   load.context = args.prompt + args.decode + 8;
   if (args.parallel > 0) {
     load.sequences = args.parallel;
-    load.max_batch = std::max<int64_t>(args.parallel, 64);
+    load.max_batch = args.parallel;
   }
   load.progress = [&](double fraction, const std::string& name) {
     progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
