@@ -1,4 +1,4 @@
-// Runs every registered op case on every backend (CUDA cases skip without a GPU).
+// Runs every registered op case on every backend the build has (CUDA cases skip without a GPU).
 // ONEPASS_OP_BENCH=1 also times each case and prints µs and effective GB/s.
 #include <gtest/gtest.h>
 
@@ -15,9 +15,12 @@ struct Param {
   size_t index;
 };
 
+// A build without the CUDA backend has no CUDA case to run (not even one to skip).
 std::vector<Param> all_params() {
   std::vector<Param> params;
-  for (const char* backend : {"cpu", "cuda"}) {
+  std::vector<const char*> backends = {"cpu"};
+  if (ONEPASS_HAVE_CUDA) backends.push_back("cuda");
+  for (const char* backend : backends) {
     for (size_t i = 0; i < op_cases().size(); ++i) params.push_back({backend, i});
   }
   return params;
