@@ -15,6 +15,9 @@ struct Param {
   size_t index;
 };
 
+// What gtest shows for GetParam() (by default a byte dump of the struct, pointers included).
+void PrintTo(const Param& p, std::ostream* os) { *os << p.backend << ' ' << op_cases()[p.index].name; }
+
 // A build without the CUDA backend has no CUDA case to run (not even one to skip).
 std::vector<Param> all_params() {
   std::vector<Param> params;
