@@ -175,6 +175,15 @@ namespace {
 
 using namespace quant_cases;
 
+// The CUDA products that the 8-bit integer tensor cores take (cuda::cuda_mm_x8: 8 rows of x,
+// K whole stages of 256 values, weight rows of whole 16-byte words, q6_k 8-byte words): x
+// quantized to int8 per 32 values, as the matrix-vector kernels do.
+bool cuda_x8_product(DType t, int64_t m, int64_t k) {
+  const bool formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0 || t == DType::q5_0 ||
+                       t == DType::q5_1 || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
+  return formats && m == 8 && k % (t == DType::q6_k ? 1024 : 256) == 0;
+}
+
 std::vector<int64_t> k_values(DType t) {
   switch (dtype_block_elems(t)) {
     case 32: return {64, 576, 1056};
@@ -196,9 +205,12 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t
     c.run();
     double atol = 0;
     const bool cuda = c.backend().kind() == BackendKind::cuda;
-    const XRounding x_rounding = m <= ops::kMatmulMvMaxRows ? mv_x_rounding(c.backend(), t) : kXF32;
-    double input_rounding = 0;  // u_x + u_w of the tensor-core kernels
-    if (cuda && m > ops::kMatmulMvMaxRows && t != DType::f32) {
+    const bool x8 = cuda && cuda_x8_product(t, m, k);
+    const XRounding x_rounding = x8                             ? kXInt8PerBlock
+                                 : m <= ops::kMatmulMvMaxRows ? mv_x_rounding(c.backend(), t)
+                                                              : kXF32;
+    double input_rounding = 0;  // u_x + u_w of the f16/bf16 tensor-core kernels
+    if (cuda && !x8 && m > ops::kMatmulMvMaxRows && t != DType::f32) {
       input_rounding = (t == DType::bf16 ? 0x1p-8 : 0x1p-11) + (dtype_is_quantized(t) ? 0x1p-11 : 0.0);
     }
     const std::vector<double> ref =
@@ -302,6 +314,16 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 24, 96, 2304, 0, false);
       add_case(cases, t, 50, 70, 3072, 4, false);
       add_case(cases, t, 12, 130, 1536, 0, false);
+    }
+    // 8 rows of x on the block formats: the CUDA 8-bit integer tensor-core products
+    // (cuda::cuda_mm_x8_dims, 132 SMs): 6 N tiles with a tail in 4 splits; strided x, 12
+    // stages in 8 splits of 2 (the last two empty); one stage, unsplit; 35 N tiles taken 2
+    // at a time by 18 groups of 8 splits.
+    if (dtype_is_quantized(t)) {
+      add_case(cases, t, 8, 333, 1024, 0, false);
+      add_case(cases, t, 8, 130, 3072, 3, false);
+      add_case(cases, t, 8, 70, 256, 0, dtype_block_elems(t) == 256);
+      add_case(cases, t, 8, 2200, 2048, 0, false);
     }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.

@@ -20,6 +20,7 @@ void register_paged_attention_cuda_kernels(KernelRegistry& registry);
 void register_matmul_cuda_kernels(KernelRegistry& registry);
 void register_matmul_tc_cuda_kernels(KernelRegistry& registry);
 void register_matmul_split_cuda_kernels(KernelRegistry& registry);
+void register_matmul_x8_cuda_kernels(KernelRegistry& registry);
 void register_matmul_blas_cuda_kernels(KernelRegistry& registry);
 void register_attention_tc_cuda_kernels(KernelRegistry& registry);
 void register_rope_kv_cuda_kernels(KernelRegistry& registry);

@@ -1,6 +1,6 @@
 // Thin wrappers over the PTX instructions the CUDA kernels share: asynchronous global ->
 // shared copies (sm_80+), hand-offs between the blocks of a cluster (sm_90), ldmatrix and
-// the m16n8k16 tensor-core product (mma.sync).
+// the tensor-core products (mma.sync: m16n8k16 on f16/bf16, m16n8k32 on 8-bit integers).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 /// 16-byte asynchronous copy (bypassing L1), in this thread's current commit group.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+/// 8-byte asynchronous copy (through L1).
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
 /// 4-byte asynchronous copy (through L1).
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
@@ -151,6 +155,25 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// c += a · b for one m16n8k32 tile of 8-bit integers, s32 accumulators: a unsigned
+/// (A_UNSIGNED) or signed, b signed.
+template <bool A_UNSIGNED>
+__device__ __forceinline__ void mma_i8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (A_UNSIGNED) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 }  // namespace onepass::cuda::ptx

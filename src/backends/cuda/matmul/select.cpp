@@ -37,6 +37,41 @@ int64_t cuda_mm_splits(int64_t m, int64_t n, int64_t k, int sms) {
   return std::clamp<int64_t>(std::min<int64_t>(wanted, k / kCudaMmSplitMinK), 1, kMaxClusterBlocks);
 }
 
+// The most K stages of a block whose int8 x fits kCudaMmX8XBytes.
+constexpr int64_t kX8BlockStages = kCudaMmX8XBytes / (kCudaMmX8TileRows * kCudaMmX8XRowBytes);
+
+bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address) {
+  const bool formats = w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0 || w == DType::q5_0 ||
+                       w == DType::q5_1 || w == DType::q4_k || w == DType::q5_k || w == DType::q6_k;
+  const int64_t word = w == DType::q6_k ? 8 : 16;
+  return formats && m >= kCudaMmX8MinRows && m <= kCudaMmX8MaxRows && k % kCudaMmX8StageK == 0 &&
+         k / kCudaMmX8StageK <= int64_t{kMaxClusterBlocks} * kX8BlockStages && row_bytes % word == 0 &&
+         address % word == 0;
+}
+
+int64_t cuda_mm_x8_splits(int64_t k) {
+  const int64_t stages = k / kCudaMmX8StageK;
+  const int64_t needed = (stages + kX8BlockStages - 1) / kX8BlockStages;
+  return std::clamp<int64_t>(std::max(needed, stages), 1, kMaxClusterBlocks);
+}
+
+LaunchDims cuda_mm_x8_dims(int64_t n, int64_t k, int sms, uint32_t max_shared_bytes) {
+  const int64_t splits = cuda_mm_x8_splits(k);
+  const int64_t stages = k / kCudaMmX8StageK;
+  const int64_t per = (stages + splits - 1) / splits;
+  const int64_t n_tiles = (n + 63) / 64;
+  // About 2 blocks per SM, each group of splits taking an even share of the tiles.
+  const int64_t groups = std::clamp<int64_t>((2 * int64_t{std::max(1, sms)} + splits - 1) / splits, 1, n_tiles);
+  const int64_t tiles_per_group = (n_tiles + groups - 1) / groups;
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(splits);
+  dims.grid.y = static_cast<uint32_t>(std::min<int64_t>((n_tiles + tiles_per_group - 1) / tiles_per_group, 65535));
+  dims.block.x = 128;
+  dims.shared_bytes = static_cast<uint32_t>(max_shared_bytes - kCudaMmX8XBytes +
+                                            per * kCudaMmX8TileRows * kCudaMmX8XRowBytes);
+  return dims;
+}
+
 LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t shared_bytes) {
   const int64_t tile_m = cuda_mm_split_tile_rows(m);
   const int64_t m_tiles = (m + tile_m - 1) / tile_m;
@@ -139,7 +174,7 @@ namespace {
 struct Product {
   std::string name;
   LaunchDims dims;
-  bool matvec = false;  // mv_* or mv1_*: loads its first weight chunks before the PDL wait
+  bool matvec = false;  // mv_*, mv1_*, mm_x8_*: loads its first weight chunks before the PDL wait
 };
 
 Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int64_t weight_rows) {
@@ -150,6 +185,11 @@ Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int6
   const KernelRegistry& registry = b.registry();
   // mv stages x in shared memory: larger x goes to the matrix-matrix kernels.
   const bool mv = m <= ops::kMatmulMvMaxRows && cuda_mv_shared_bytes(quantized, m, k) <= kCudaMvSharedLimit;
+  // 8 rows of x on block formats: the 8-bit integer tensor cores.
+  const std::string x8 = cat("mm_x8_", type, "_f32");
+  if (cuda_mm_x8(w, m, k, a.w_row_bytes, address) && registry.contains(x8)) {
+    return {x8, cuda_mm_x8_dims(n, k, b.info().multiprocessors, registry.get(x8).max_shared_bytes), true};
+  }
   // Many rows: cuBLAS on f16/bf16 operands, when its int sizes hold the shape and the
   // weight rows are 2-byte aligned (block fields are read as half words).
   const auto fits_int = [](int64_t v) { return v <= int64_t{0x7fffffff}; };
