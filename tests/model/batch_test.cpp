@@ -99,8 +99,7 @@ TEST(KvBlockPool, CommittedBlocksAreSharedByTheSamePrefix) {
   EXPECT_NE(pool.block_table(b)[2], ta[2]);
   EXPECT_NO_THROW(pool.slot(b, 8));
 
-  // Another token in the second block: the first block only. Another in the first: nothing,
-  // although the second block's own tokens match.
+  // Another token in the second block: the first block only. Another in the first: nothing.
   std::vector<int32_t> u = t;
   u[5] = 99;
   const int32_t c = pool.add_sequence();
@@ -111,6 +110,10 @@ TEST(KvBlockPool, CommittedBlocksAreSharedByTheSamePrefix) {
   const int32_t d = pool.add_sequence();
   EXPECT_EQ(pool.share_prefix(d, u), 0);
   pool.release(d);
+  // The second block's tokens at position 0: not that block, whose keys sit at positions 4..7.
+  const int32_t moved = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(moved, std::span(t).subspan(4)), 0);
+  pool.release(moved);
   EXPECT_EQ(pool.references(ta[0]), 2);
 
   // The same content committed by another sequence: the first copy stays the shared one.

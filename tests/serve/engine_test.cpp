@@ -580,7 +580,12 @@ TEST(EnginePrefixCache, APromptRunAgainComputesOnlyItsLastBlock) {
 TEST(EnginePrefixCache, EvictionInASmallPoolKeepsTheAnswersAndLeaksNothing) {
   TinyModel m(64, 2, /*kv_blocks=*/6);
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 10; ++i) prompts.push_back(tokens_of(10 + i, 18 + static_cast<size_t>(i % 4) * 5));
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> p = tokens_of(10 + i, i % 2 == 0 ? 34 + static_cast<size_t>(i % 4) * 3 : 18);
+    // Odd ones start with the previous one's second block: the same tokens at other positions.
+    if (i % 2 == 1) p = joined(std::vector<int32_t>(prompts.back().begin() + 16, prompts.back().begin() + 32), p);
+    prompts.push_back(p);
+  }
   std::vector<Answer> want;
   {
     Engine off(m.llama, m.tokenizer, sharing(false));
@@ -611,10 +616,11 @@ TEST(EnginePrefixCache, EvictionInASmallPoolKeepsTheAnswersAndLeaksNothing) {
 }
 
 // A runs (its prompt's blocks held, not cached); B and C join and share A's prefix; B is
-// cancelled in the middle of its prefill. A's blocks stay A's and C's: both answer as without
-// sharing, and at the end no block is held.
+// cancelled in the middle of its prefill. A's blocks stay A's and C's, although the pool of 8
+// blocks (one context) soon needs every block it can take: both answer as without sharing,
+// and at the end no block is held.
 TEST(EnginePrefixCache, CancellingASharerMidPrefillLeavesTheSharedBlocks) {
-  TinyModel m(128, 3);
+  TinyModel m(128, 3, /*kv_blocks=*/8);
   const std::vector<int32_t> prefix = tokens_of(7, 36);
   const std::vector<int32_t> a = joined(prefix, tokens_of(8, 2));
   const std::vector<int32_t> b = joined(prefix, tokens_of(9, 40));
@@ -661,14 +667,31 @@ TEST(EnginePrefixCache, CancellingASharerMidPrefillLeavesTheSharedBlocks) {
   EXPECT_EQ(s.running, 3);
   EXPECT_EQ(s.prompt_tokens_cached, 64u);  // B's and C's 32
   on.cancel(b_id);
+  int64_t cancelled_at = 0;
   {
     std::lock_guard lock(mutex);
-    allowed = 1000;
+    cancelled_at = a_tokens;
+    allowed = a_tokens + 1;
   }
   cv.notify_all();
   const Update b_last = cb.wait();
   EXPECT_EQ(b_last.finish, FinishReason::cancelled);
   EXPECT_EQ(b_last.completion_tokens, 0);  // still prefilling
+  wait_for_a(cancelled_at + 1);
+  {
+    // The worker waits in A's callback: B is gone, A and C hold the two prefix blocks.
+    const model::KvBlockPool& pool = m.llama.kv_pool();
+    EXPECT_EQ(pool.sequences(), 2);
+    int32_t shared = 0;
+    for (int32_t block = 0; block < pool.blocks(); ++block) {
+      EXPECT_LE(pool.references(block), 2);
+      shared += pool.references(block) == 2 ? 1 : 0;
+    }
+    EXPECT_EQ(shared, 2);
+    std::lock_guard lock(mutex);
+    allowed = 1000;
+  }
+  cv.notify_all();
   EXPECT_EQ(answer_of(ca), want_a);
   EXPECT_EQ(answer_of(cc), want_c);
   s = on.stats();
