@@ -472,14 +472,13 @@ TEST(BatchedStep, PoolFullIsAnErrorThatChangesNothing) {
 }
 
 // A sequence that shares another's committed prefix blocks and is prefilled from after them
-// has the logits of its prompt prefilled in full, bit for bit, and so do its decode steps;
-// also once the other has left (its blocks cached, not held). Every step has at most 8 rows,
-// so every product is the matrix-vector kernel, whose rows do not depend on each other.
-TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
+// has the logits of its prompt prefilled in full, and so do its decode steps; also once the
+// other has left (its blocks cached, not held). rtol 0: bit for bit.
+void expect_shared_prefix_logits(const std::shared_ptr<Backend>& backend, DType weights, double rtol) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const LlamaConfig c = small("llama");
-  auto src = make_random_source(c, DType::f32, seed);
+  auto src = make_random_source(c, weights, seed);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   LoadOptions o;
   o.context = 32;
@@ -487,7 +486,7 @@ TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
   o.sequences = 3;
   o.kv_block_size = 4;
   o.kv_blocks = 24;
-  LlamaModel model(testing::cpu_backend(), *src, o);
+  LlamaModel model(backend, *src, o);
   KvBlockPool& pool = model.kv_pool();
   const std::vector<int32_t> prefix = some_tokens(10, rng, c.vocab_size);
   const std::vector<int32_t> first = joined_tokens(prefix, some_tokens(3, rng, c.vocab_size));
@@ -496,7 +495,7 @@ TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
   // The prompt from position `from` on in chunks of 4 rows, then 3 greedy decode steps: the
   // logits after the prompt and after each decoded token.
   auto run = [&](int32_t sequence, const std::vector<int32_t>& prompt, size_t from) {
-    std::vector<std::vector<float>> logits;
+    Running out;
     BatchResult r;
     for (size_t i = from; i < prompt.size(); i += 4) {
       std::vector<BatchRow> rows;
@@ -506,15 +505,20 @@ TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
       r = model.step(rows);
     }
     for (int32_t position = static_cast<int32_t>(prompt.size());; ++position) {
-      logits.emplace_back(r.logits.begin(), r.logits.end());
-      if (logits.size() == 4) break;
+      out.logits.emplace_back(r.logits.begin(), r.logits.end());
+      out.argmax.push_back(r.argmax[0]);
+      if (out.logits.size() == 4) break;
       const std::vector<BatchRow> row = {{sequence, r.argmax[0], position, true}};
       r = model.step(row);
     }
-    return logits;
+    return out;
+  };
+  auto expect_logits = [&](const Running& want, const Running& got, const char* what) {
+    if (rtol > 0) return expect_same(want.logits, got, rtol, what);
+    for (size_t i = 0; i < want.logits.size(); ++i) EXPECT_EQ(got.logits[i], want.logits[i]) << what << ", logits " << i;
   };
   const int32_t reference = pool.add_sequence();
-  const std::vector<std::vector<float>> want = run(reference, second, 0);
+  const Running want = run(reference, second, 0);
   pool.release(reference);
   EXPECT_EQ(pool.cached_blocks(), 0);  // nothing committed
 
@@ -524,19 +528,28 @@ TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
   const int32_t b = pool.add_sequence();
   EXPECT_EQ(pool.share_prefix(b, std::span(second).first(second.size() - 1)), 8);
   EXPECT_EQ(pool.references(pool.block_table(a)[1]), 2);
-  const std::vector<std::vector<float>> shared = run(b, second, 8);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(shared[i], want[i]) << "logits " << i << " sharing a running sequence's blocks";
+  expect_logits(want, run(b, second, 8), "sharing a running sequence's blocks");
   pool.release(a);
   pool.release(b);
   EXPECT_EQ(pool.cached_blocks(), 3);
 
   const int32_t d = pool.add_sequence();
   EXPECT_EQ(pool.share_prefix(d, std::span(second).first(second.size() - 1)), 8);
-  const std::vector<std::vector<float>> cached = run(d, second, 8);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(cached[i], want[i]) << "logits " << i << " from cached blocks";
+  expect_logits(want, run(d, second, 8), "from cached blocks");
   pool.release(d);
   EXPECT_EQ(pool.used_blocks(), 0);
   EXPECT_EQ(pool.free_blocks(), pool.blocks());
+}
+
+// Every step has at most 8 rows, so every product is the matrix-vector kernel, whose rows do
+// not depend on each other: the same bits.
+TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
+  expect_shared_prefix_logits(testing::cpu_backend(), DType::f32, 0);
+}
+
+TEST(BatchedStep, GpuSharedPrefixGivesTheLogitsOfAFullPrefill) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  expect_shared_prefix_logits(make_cuda_backend(0, testing::test_options()), DType::f16, 1e-3);
 }
 
 TEST(BatchedStep, BadRowsAreClearErrors) {
