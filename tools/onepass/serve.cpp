@@ -46,7 +46,7 @@ struct ServeArgs {
   int64_t queue = 64;
   int64_t parallel = 1;
   int64_t max_body = 8 << 20;
-  bool prefix_cache = true;
+  bool no_prefix_cache = false;
   std::string alias;
 };
 
@@ -122,7 +122,10 @@ class Server {
         llama_(llama),
         tokenizer_(tokenizer),
         model_id_(std::move(model_id)),
-        engine_(llama, tokenizer, serve::EngineOptions{.queue_limit = args.queue, .parallel = args.parallel, .prefix_cache = args.prefix_cache}),
+        engine_(llama, tokenizer,
+                serve::EngineOptions{.queue_limit = args.queue,
+                                     .parallel = args.parallel,
+                                     .prefix_cache = !args.no_prefix_cache}),
         created_(std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count()) {
@@ -575,7 +578,7 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--parallel", args->parallel,
                   "Requests generating at once (continuous batching; KV memory grows with it: N x --ctx tokens)")
       ->capture_default_str();
-  app->add_flag("!--no-prefix-cache", args->prefix_cache,
+  app->add_flag("--no-prefix-cache", args->no_prefix_cache,
                "With --parallel > 1: compute every prompt in full instead of sharing the KV blocks of a prefix "
                "another request computed");
   app->add_option("--alias", args->alias, "Model id in the API (default: the file name)");
