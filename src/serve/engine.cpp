@@ -441,6 +441,7 @@ void Engine::work_batched() {
       std::erase(s.running_batch, q.job.id);
       std::erase(s.cancel_requested, q.job.id);
       s.stats.kv_blocks_used = pool.used_blocks();
+      s.stats.kv_blocks_cached = pool.cached_blocks();
       switch (q.last.finish) {
         case FinishReason::stop:
         case FinishReason::length: ++s.stats.requests_finished; break;
@@ -533,12 +534,33 @@ void Engine::work_batched() {
     // Prompt chunks (oldest first) in the rows and blocks left.
     for (auto& q : active) {
       if ((q->kv >= 0 && q->pending() == 1) || rows.size() >= max_rows) continue;
-      const int64_t have = q->kv >= 0 ? pool.capacity(q->kv) : 0;
-      const int64_t room = have - static_cast<int64_t>(q->in_cache) + free_blocks * pool.block_size();
+      const bool starting = q->kv < 0;
+      if (starting) {
+        q->kv = pool.add_sequence();
+        if (s.options.prefix_cache) {
+          // Shared blocks that no sequence held leave the free count. The last token is
+          // always computed: its row gives the logits, and it writes to a private block.
+          const int64_t free_before = pool.free_blocks();
+          q->in_cache = static_cast<size_t>(
+              pool.share_prefix(q->kv, std::span<const int32_t>(q->tokens).first(q->tokens.size() - 1)));
+          free_blocks -= free_before - pool.free_blocks();
+        }
+      }
+      const int64_t room = pool.capacity(q->kv) - static_cast<int64_t>(q->in_cache) + free_blocks * pool.block_size();
       const size_t n = std::min({q->pending(), static_cast<size_t>(s.options.prefill_chunk), max_rows - rows.size(),
                                  static_cast<size_t>(std::max<int64_t>(room, 0))});
-      if (n == 0) continue;
-      if (q->kv < 0) q->kv = pool.add_sequence();
+      if (n == 0) {
+        if (starting) {  // no room: hold nothing, so that preempting makes progress
+          const int64_t free_before = pool.free_blocks();
+          release(*q);
+          free_blocks += pool.free_blocks() - free_before;
+        }
+        continue;
+      }
+      if (starting && q->in_cache > 0) {
+        std::lock_guard lock(s.mutex);
+        s.stats.prompt_tokens_cached += q->in_cache;
+      }
       free_blocks -= pool.blocks_needed(q->kv, static_cast<int64_t>(q->in_cache + n));
       add_rows(*q, n);
     }
@@ -599,10 +621,17 @@ void Engine::work_batched() {
         }
       }
     }
+    // The blocks these rows filled become shareable.
+    if (s.options.prefix_cache) {
+      for (auto& q : active) {
+        if (q->kv >= 0) pool.commit(q->kv, std::span<const int32_t>(q->tokens).first(q->in_cache));
+      }
+    }
     {
       std::lock_guard lock(s.mutex);
       s.stats.batch_rows = static_cast<int64_t>(rows.size());
       s.stats.kv_blocks_used = pool.used_blocks();
+      s.stats.kv_blocks_cached = pool.cached_blocks();
       int64_t in_cache = 0;
       for (const auto& q : active) in_cache += static_cast<int64_t>(q->in_cache);
       s.stats.kv_tokens = in_cache;

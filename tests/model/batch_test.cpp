@@ -23,6 +23,11 @@ namespace {
 
 // ---- the block allocator ----------------------------------------------------------------
 
+std::vector<int32_t> joined_tokens(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 TEST(KvBlockPool, SequencesGrowBlockByBlockAndReleaseTheirBlocks) {
   KvBlockPool pool(5, 4, 16);
   EXPECT_EQ(pool.max_blocks(), 4);
@@ -61,6 +66,115 @@ TEST(KvBlockPool, SequencesGrowBlockByBlockAndReleaseTheirBlocks) {
   EXPECT_THROW(pool.reserve(c, 17), Error);  // past the sequence's limit
   EXPECT_THROW(KvBlockPool(0, 4, 16), Error);
   EXPECT_THROW(KvBlockPool(4, 0, 16), Error);
+}
+
+// A sequence's full blocks, committed with their tokens, are shared by a later sequence whose
+// tokens start the same (the whole chain before a block must match, not only its own tokens);
+// shared and committed blocks are read-only; released, they stay cached and count as free.
+TEST(KvBlockPool, CommittedBlocksAreSharedByTheSamePrefix) {
+  KvBlockPool pool(6, 4, 16);
+  const std::vector<int32_t> t = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  const int32_t a = pool.add_sequence();
+  pool.reserve(a, 10);
+  pool.set_length(a, 10);
+  EXPECT_THROW(pool.commit(a, joined_tokens(t, {21})), Error);  // more tokens than written
+  EXPECT_EQ(pool.commit(a, t), 2);  // two full blocks; the third holds 2 of its 4 positions
+  EXPECT_EQ(pool.commit(a, t), 0);
+  EXPECT_THROW(pool.slot(a, 3), Error);  // committed: read-only
+  EXPECT_NO_THROW(pool.slot(a, 9));
+  const std::vector<int32_t> ta(pool.block_table(a).begin(), pool.block_table(a).end());
+
+  const int32_t b = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(b, std::span(t).first(9)), 8);
+  EXPECT_EQ(pool.length(b), 8);
+  ASSERT_EQ(pool.block_table(b).size(), 2u);
+  EXPECT_EQ(pool.block_table(b)[0], ta[0]);
+  EXPECT_EQ(pool.block_table(b)[1], ta[1]);
+  EXPECT_EQ(pool.references(ta[0]), 2);
+  EXPECT_EQ(pool.references(ta[2]), 1);
+  EXPECT_EQ(pool.used_blocks(), 3);
+  EXPECT_THROW(pool.slot(b, 4), Error);  // shared: read-only
+  EXPECT_THROW(pool.share_prefix(b, t), Error);  // b holds blocks already
+  pool.reserve(b, 9);
+  EXPECT_NE(pool.block_table(b)[2], ta[2]);
+  EXPECT_NO_THROW(pool.slot(b, 8));
+
+  // Another token in the second block: the first block only. Another in the first: nothing.
+  std::vector<int32_t> u = t;
+  u[5] = 99;
+  const int32_t c = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(c, u), 4);
+  pool.release(c);
+  u = t;
+  u[0] = 99;
+  const int32_t d = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(d, u), 0);
+  pool.release(d);
+  // The second block's tokens at position 0: not that block, whose keys sit at positions 4..7.
+  const int32_t moved = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(moved, std::span(t).subspan(4)), 0);
+  pool.release(moved);
+  EXPECT_EQ(pool.references(ta[0]), 2);
+
+  // The same content committed by another sequence: the first copy stays the shared one.
+  const int32_t e = pool.add_sequence();
+  pool.reserve(e, 8);
+  pool.set_length(e, 8);
+  EXPECT_EQ(pool.commit(e, std::span(t).first(8)), 0);
+  EXPECT_NO_THROW(pool.slot(e, 0));
+  pool.release(e);
+
+  // Released: the committed blocks stay cached, free but with their content.
+  pool.release(a);
+  EXPECT_EQ(pool.references(ta[0]), 1);
+  pool.release(b);
+  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool.free_blocks(), 6);
+  EXPECT_EQ(pool.cached_blocks(), 2);
+  const int32_t f = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(f, t), 8);
+  EXPECT_EQ(pool.cached_blocks(), 0);
+  EXPECT_EQ(pool.used_blocks(), 2);
+  EXPECT_EQ(pool.free_blocks(), 4);
+  pool.release(f);
+  EXPECT_EQ(pool.cached_blocks(), 2);
+}
+
+// Empty blocks go first; then the cached block released longest ago (a sequence's last block
+// before its first; a block shared and released again is recent), and an evicted block is no
+// longer found.
+TEST(KvBlockPool, CachedBlocksAreEvictedLeastRecentlyReleasedFirst) {
+  KvBlockPool pool(3, 2, 8);
+  const std::vector<int32_t> x = {1, 2, 3, 4}, y = {5, 6};
+  const int32_t sx = pool.add_sequence(), sy = pool.add_sequence();
+  pool.reserve(sx, 4);
+  pool.set_length(sx, 4);
+  EXPECT_EQ(pool.commit(sx, x), 2);
+  pool.reserve(sy, 2);
+  pool.set_length(sy, 2);
+  EXPECT_EQ(pool.commit(sy, y), 1);
+  pool.release(sx);
+  pool.release(sy);
+  EXPECT_EQ(pool.cached_blocks(), 3);
+  EXPECT_EQ(pool.free_blocks(), 3);
+  const int32_t z = pool.add_sequence();
+  pool.reserve(z, 2);  // evicts x's second block
+  EXPECT_EQ(pool.cached_blocks(), 2);
+  int32_t probe = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(probe, x), 2);
+  pool.release(probe);
+  pool.reserve(z, 4);  // y's block: x's first was taken and released again since
+  probe = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(probe, y), 0);
+  pool.release(probe);
+  probe = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(probe, x), 2);  // held now: nothing left to take
+  EXPECT_THROW(pool.reserve(z, 6), KvPoolFull);
+  pool.release(probe);
+  pool.reserve(z, 6);
+  EXPECT_EQ(pool.cached_blocks(), 0);
+  pool.release(z);
+  EXPECT_EQ(pool.free_blocks(), 3);
 }
 
 // ---- batched steps against sequences decoded alone ---------------------------------------
@@ -355,6 +469,87 @@ TEST(BatchedStep, PoolFullIsAnErrorThatChangesNothing) {
   run.logits = {got};
   run.argmax = {argmax(got)};
   expect_same(want, run, 1e-5, "after release");
+}
+
+// A sequence that shares another's committed prefix blocks and is prefilled from after them
+// has the logits of its prompt prefilled in full, and so do its decode steps; also once the
+// other has left (its blocks cached, not held). rtol 0: bit for bit.
+void expect_shared_prefix_logits(const std::shared_ptr<Backend>& backend, DType weights, double rtol) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const LlamaConfig c = small("llama");
+  auto src = make_random_source(c, weights, seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  LoadOptions o;
+  o.context = 32;
+  o.max_batch = 16;
+  o.sequences = 3;
+  o.kv_block_size = 4;
+  o.kv_blocks = 24;
+  LlamaModel model(backend, *src, o);
+  KvBlockPool& pool = model.kv_pool();
+  const std::vector<int32_t> prefix = some_tokens(10, rng, c.vocab_size);
+  const std::vector<int32_t> first = joined_tokens(prefix, some_tokens(3, rng, c.vocab_size));
+  std::vector<int32_t> second = joined_tokens(prefix, some_tokens(4, rng, c.vocab_size));
+  second[10] = first[10] == 1 ? 2 : 1;  // the third block differs
+  // The prompt from position `from` on in chunks of 4 rows, then 3 greedy decode steps: the
+  // logits after the prompt and after each decoded token.
+  auto run = [&](int32_t sequence, const std::vector<int32_t>& prompt, size_t from) {
+    Running out;
+    BatchResult r;
+    for (size_t i = from; i < prompt.size(); i += 4) {
+      std::vector<BatchRow> rows;
+      for (size_t j = i; j < std::min(i + 4, prompt.size()); ++j) {
+        rows.push_back({sequence, prompt[j], static_cast<int32_t>(j), j + 1 == prompt.size()});
+      }
+      r = model.step(rows);
+    }
+    for (int32_t position = static_cast<int32_t>(prompt.size());; ++position) {
+      out.logits.emplace_back(r.logits.begin(), r.logits.end());
+      out.argmax.push_back(r.argmax[0]);
+      if (out.logits.size() == 4) break;
+      const std::vector<BatchRow> row = {{sequence, r.argmax[0], position, true}};
+      r = model.step(row);
+    }
+    return out;
+  };
+  auto expect_logits = [&](const Running& want, const Running& got, const char* what) {
+    if (rtol > 0) return expect_same(want.logits, got, rtol, what);
+    for (size_t i = 0; i < want.logits.size(); ++i) EXPECT_EQ(got.logits[i], want.logits[i]) << what << ", logits " << i;
+  };
+  const int32_t reference = pool.add_sequence();
+  const Running want = run(reference, second, 0);
+  pool.release(reference);
+  EXPECT_EQ(pool.cached_blocks(), 0);  // nothing committed
+
+  const int32_t a = pool.add_sequence();
+  run(a, first, 0);
+  EXPECT_EQ(pool.commit(a, first), 3);
+  const int32_t b = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(b, std::span(second).first(second.size() - 1)), 8);
+  EXPECT_EQ(pool.references(pool.block_table(a)[1]), 2);
+  expect_logits(want, run(b, second, 8), "sharing a running sequence's blocks");
+  pool.release(a);
+  pool.release(b);
+  EXPECT_EQ(pool.cached_blocks(), 3);
+
+  const int32_t d = pool.add_sequence();
+  EXPECT_EQ(pool.share_prefix(d, std::span(second).first(second.size() - 1)), 8);
+  expect_logits(want, run(d, second, 8), "from cached blocks");
+  pool.release(d);
+  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool.free_blocks(), pool.blocks());
+}
+
+// Every step has at most 8 rows, so every product is the matrix-vector kernel, whose rows do
+// not depend on each other: the same bits.
+TEST(BatchedStep, SharedPrefixGivesTheLogitsOfAFullPrefill) {
+  expect_shared_prefix_logits(testing::cpu_backend(), DType::f32, 0);
+}
+
+TEST(BatchedStep, GpuSharedPrefixGivesTheLogitsOfAFullPrefill) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  expect_shared_prefix_logits(make_cuda_backend(0, testing::test_options()), DType::f16, 1e-3);
 }
 
 TEST(BatchedStep, BadRowsAreClearErrors) {

@@ -475,6 +475,234 @@ TEST(EngineParallel, PenaltyWindowsBeyondTheDeviceListSampleOnTheHost) {
   EXPECT_EQ(text_of(2), on_device);  // from the third distinct token on: host sampling
 }
 
+// ---- prefix caching ----------------------------------------------------------------------
+//
+// Every step of these engines has at most 8 rows (parallel x prefill_chunk plus decode rows),
+// so every product is the matrix-vector kernel, whose rows do not depend on each other: a
+// position's keys and values are the same bits whichever step computed them, and sharing
+// must give exactly the text of computing everything.
+
+std::vector<int32_t> tokens_of(int seed, size_t n) {
+  std::vector<int32_t> t;
+  for (size_t j = 0; j < n; ++j) t.push_back(static_cast<int32_t>(1 + (seed * 131 + j * 17 + j * j * 7) % 290));
+  return t;
+}
+
+std::vector<int32_t> joined(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Answer {
+  std::string text;
+  int64_t completion_tokens = 0;
+  bool operator==(const Answer&) const = default;
+};
+
+void PrintTo(const Answer& a, std::ostream* os) { *os << a.completion_tokens << " tokens: \"" << a.text << "\""; }
+
+Answer answer_of(Collector& c) {
+  const Update last = c.wait();
+  return {c.text, last.completion_tokens};
+}
+
+Answer run_one(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  Collector c;
+  engine.submit(Request{.prompt = prompt, .max_tokens = max_tokens}, c.callback());
+  return answer_of(c);
+}
+
+EngineOptions sharing(bool on, int64_t parallel = 2) {
+  return EngineOptions{.parallel = parallel, .prefill_chunk = 3, .prefix_cache = on};
+}
+
+// Two prompts with a 40-token prefix (two full blocks of 16): the second, and both run
+// together, take the prefix from the first one's cached blocks and answer as without sharing.
+TEST(EnginePrefixCache, SharedPrefixGivesTheTextOfComputingEverything) {
+  TinyModel m(128, 2);
+  const std::vector<int32_t> prefix = tokens_of(1, 40);
+  const std::vector<int32_t> a = joined(prefix, tokens_of(2, 5)), b = joined(prefix, tokens_of(3, 7));
+  Answer want_a, want_b;
+  {
+    Engine off(m.llama, m.tokenizer, sharing(false));
+    want_a = run_one(off, a, 12);
+    want_b = run_one(off, b, 12);
+    EXPECT_EQ(off.stats().prompt_tokens_cached, 0u);
+    EXPECT_EQ(off.stats().kv_blocks_cached, 0);
+  }
+  ASSERT_GE(want_a.completion_tokens, 4);
+  ASSERT_GE(want_b.completion_tokens, 4);
+  ASSERT_NE(want_a, want_b);
+  Engine on(m.llama, m.tokenizer, sharing(true));
+  EXPECT_EQ(run_one(on, a, 12), want_a);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 0u);
+  EXPECT_GT(on.stats().kv_blocks_cached, 0);
+  EXPECT_EQ(run_one(on, b, 12), want_b);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 32u);
+  // Together: both hold the same two cached blocks.
+  Collector ca, cb;
+  on.submit(Request{.prompt = b, .max_tokens = 12}, cb.callback());
+  on.submit(Request{.prompt = a, .max_tokens = 12}, ca.callback());
+  EXPECT_EQ(answer_of(ca), want_a);
+  EXPECT_EQ(answer_of(cb), want_b);
+  const EngineStats s = on.stats();
+  EXPECT_EQ(s.prompt_tokens_cached, 32u + 32u + 32u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.prompt_tokens, 4 * 45u + 2 * 2u);
+}
+
+// A prompt run again is computed from its last full block on: one token when it ends one
+// position after a block, a whole block when it ends on a block's end (the last prompt
+// token's row writes into its block, which must be private), nothing shared within one block.
+TEST(EnginePrefixCache, APromptRunAgainComputesOnlyItsLastBlock) {
+  TinyModel m(128, 2);
+  const std::vector<std::vector<int32_t>> prompts = {tokens_of(4, 17), tokens_of(5, 32), tokens_of(6, 15)};
+  std::vector<Answer> want;
+  {
+    Engine off(m.llama, m.tokenizer, sharing(false));
+    for (const auto& p : prompts) want.push_back(run_one(off, p, 10));
+  }
+  Engine on(m.llama, m.tokenizer, sharing(true));
+  const uint64_t reused[] = {16, 16, 0};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << prompts[i].size() << " prompt tokens");
+    ASSERT_GE(want[i].completion_tokens, 3);
+    EXPECT_EQ(run_one(on, prompts[i], 10), want[i]);
+    const uint64_t before = on.stats().prompt_tokens_cached;
+    EXPECT_EQ(run_one(on, prompts[i], 10), want[i]);
+    EXPECT_EQ(on.stats().prompt_tokens_cached - before, reused[i]);
+  }
+}
+
+// Twenty requests (ten prompts, each again two requests later) through a pool of 6 blocks,
+// far fewer than their prompts fill: cached blocks are evicted for new ones, every answer is
+// the one computed without sharing, and at the end no block is held.
+TEST(EnginePrefixCache, EvictionInASmallPoolKeepsTheAnswersAndLeaksNothing) {
+  TinyModel m(64, 2, /*kv_blocks=*/6);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> p = tokens_of(10 + i, i % 2 == 0 ? 34 + static_cast<size_t>(i % 4) * 3 : 18);
+    // Odd ones start with the previous one's second block: the same tokens at other positions.
+    if (i % 2 == 1) p = joined(std::vector<int32_t>(prompts.back().begin() + 16, prompts.back().begin() + 32), p);
+    prompts.push_back(p);
+  }
+  std::vector<Answer> want;
+  {
+    Engine off(m.llama, m.tokenizer, sharing(false));
+    for (const auto& p : prompts) want.push_back(run_one(off, p, 10));
+  }
+  std::vector<size_t> order = {0};  // 0, 1, 0, 2, 1, 3, 2, ..., 9, 8, 9
+  for (size_t i = 1; i < prompts.size(); ++i) order.insert(order.end(), {i, i - 1});
+  order.push_back(prompts.size() - 1);
+  {
+    Engine on(m.llama, m.tokenizer, sharing(true));
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (const size_t i : order) {
+      collectors.push_back(std::make_unique<Collector>());
+      on.submit(Request{.prompt = prompts[i], .max_tokens = 10}, collectors.back()->callback());
+    }
+    for (size_t k = 0; k < order.size(); ++k) EXPECT_EQ(answer_of(*collectors[k]), want[order[k]]) << "request " << k;
+    const EngineStats s = on.stats();
+    EXPECT_EQ(s.requests_finished, 20u);
+    EXPECT_GT(s.prompt_tokens_cached, 0u);
+    EXPECT_EQ(s.kv_blocks_used, 0);
+    EXPECT_LE(s.kv_blocks_cached, 6);
+  }
+  const model::KvBlockPool& pool = m.llama.kv_pool();
+  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool.free_blocks(), pool.blocks());
+  EXPECT_EQ(pool.sequences(), 0);
+  for (int32_t b = 0; b < pool.blocks(); ++b) EXPECT_EQ(pool.references(b), 0) << "block " << b;
+}
+
+// A runs (its prompt's blocks held, not cached); B and C join and share A's prefix; B is
+// cancelled in the middle of its prefill. A's blocks stay A's and C's, although the pool of 8
+// blocks (one context) soon needs every block it can take: both answer as without sharing,
+// and at the end no block is held.
+TEST(EnginePrefixCache, CancellingASharerMidPrefillLeavesTheSharedBlocks) {
+  TinyModel m(128, 3, /*kv_blocks=*/8);
+  const std::vector<int32_t> prefix = tokens_of(7, 36);
+  const std::vector<int32_t> a = joined(prefix, tokens_of(8, 2));
+  const std::vector<int32_t> b = joined(prefix, tokens_of(9, 40));
+  const std::vector<int32_t> c = joined(prefix, tokens_of(11, 6));
+  Answer want_a, want_c;
+  {
+    Engine off(m.llama, m.tokenizer, sharing(false, 3));
+    want_a = run_one(off, a, 60);
+    want_c = run_one(off, c, 20);
+  }
+  ASSERT_GE(want_a.completion_tokens, 20);
+  // A's callback stops the worker at A's tokens 1 and 3, until the test lets it go on.
+  std::mutex mutex;
+  std::condition_variable cv;
+  int64_t a_tokens = 0;
+  int64_t allowed = 1;
+  Collector ca, cb, cc;
+  auto a_collect = ca.callback();
+  Engine on(m.llama, m.tokenizer, sharing(true, 3));
+  on.submit(Request{.prompt = a, .max_tokens = 60}, [&](const Update& u) {
+    std::unique_lock lock(mutex);
+    if (!u.done) {
+      a_tokens = u.completion_tokens;
+      cv.notify_all();
+      cv.wait(lock, [&] { return a_tokens < allowed; });
+    }
+    lock.unlock();
+    return a_collect(u);
+  });
+  auto wait_for_a = [&](int64_t n) {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return a_tokens >= n; }));
+  };
+  wait_for_a(1);  // A's prompt is in its blocks: two full ones of the prefix
+  const uint64_t b_id = on.submit(Request{.prompt = b, .max_tokens = 5}, cb.callback());
+  on.submit(Request{.prompt = c, .max_tokens = 20}, cc.callback());
+  {
+    std::lock_guard lock(mutex);
+    allowed = 3;
+  }
+  cv.notify_all();
+  wait_for_a(3);  // two more steps: B and C have prefilled a few of their tokens after the prefix
+  EngineStats s = on.stats();
+  EXPECT_EQ(s.running, 3);
+  EXPECT_EQ(s.prompt_tokens_cached, 64u);  // B's and C's 32
+  on.cancel(b_id);
+  int64_t cancelled_at = 0;
+  {
+    std::lock_guard lock(mutex);
+    cancelled_at = a_tokens;
+    allowed = a_tokens + 1;
+  }
+  cv.notify_all();
+  const Update b_last = cb.wait();
+  EXPECT_EQ(b_last.finish, FinishReason::cancelled);
+  EXPECT_EQ(b_last.completion_tokens, 0);  // still prefilling
+  wait_for_a(cancelled_at + 1);
+  {
+    // The worker waits in A's callback: B is gone, A and C hold the two prefix blocks.
+    const model::KvBlockPool& pool = m.llama.kv_pool();
+    EXPECT_EQ(pool.sequences(), 2);
+    int32_t shared = 0;
+    for (int32_t block = 0; block < pool.blocks(); ++block) {
+      EXPECT_LE(pool.references(block), 2);
+      shared += pool.references(block) == 2 ? 1 : 0;
+    }
+    EXPECT_EQ(shared, 2);
+    std::lock_guard lock(mutex);
+    allowed = 1000;
+  }
+  cv.notify_all();
+  EXPECT_EQ(answer_of(ca), want_a);
+  EXPECT_EQ(answer_of(cc), want_c);
+  s = on.stats();
+  EXPECT_EQ(s.requests_cancelled, 1u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  on.shutdown(true);
+  const model::KvBlockPool& pool = m.llama.kv_pool();
+  EXPECT_EQ(pool.free_blocks(), pool.blocks());
+  for (int32_t block = 0; block < pool.blocks(); ++block) EXPECT_EQ(pool.references(block), 0) << "block " << block;
+}
+
 TEST(EngineParallel, NeedsAModelWithAPool) {
   TinyModel single;
   EXPECT_THROW(Engine(single.llama, single.tokenizer, EngineOptions{.parallel = 2}), Error);

@@ -3,7 +3,8 @@
 raw HTTP: completions and chat (plain and streamed), stop strings, errors as 400 with a JSON
 body while the server keeps serving, 503 + Retry-After when the queue is full, a client that
 disconnects cancels its request, /health, /metrics, /v1/models, and SIGTERM drains and exits 0.
-With --parallel 4 (continuous batching): 16 concurrent clients all complete, and a greedy
+With --parallel 4 (continuous batching): a repeated long prompt takes its KV blocks from the
+prefix cache and answers the same; 16 concurrent clients all complete, and a greedy
 request gets the same text alone and in a full batch.
 
   openai_client_test.py ONEPASS_BINARY MODEL.gguf
@@ -235,6 +236,16 @@ class ServeParallel(unittest.TestCase):
         r = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=16, temperature=0,
                                            stream=stream)
         return "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
+
+    def test_a_repeated_long_prompt_shares_its_cached_blocks(self):
+        prompt = "Fruits: " + ", ".join(["apple", "banana", "cherry", "grape", "melon"] * 12) + ". The first fruit is"
+        first = self.complete(prompt)
+        cached = metric(self.port, "prompt_tokens_cached_total")
+        self.assertGreater(metric(self.port, "kv_blocks_cached"), 0)
+        second = self.complete(prompt)
+        self.assertEqual(second, first)
+        # All full blocks of 16 before the prompt's last token come from the cache.
+        self.assertGreaterEqual(metric(self.port, "prompt_tokens_cached_total") - cached, 48)
 
     def test_sixteen_concurrent_clients_and_the_same_greedy_text_alone_and_batched(self):
         prompt = "The capital of France is"

@@ -46,6 +46,7 @@ struct ServeArgs {
   int64_t queue = 64;
   int64_t parallel = 1;
   int64_t max_body = 8 << 20;
+  bool no_prefix_cache = false;
   std::string alias;
 };
 
@@ -121,7 +122,10 @@ class Server {
         llama_(llama),
         tokenizer_(tokenizer),
         model_id_(std::move(model_id)),
-        engine_(llama, tokenizer, serve::EngineOptions{.queue_limit = args.queue, .parallel = args.parallel}),
+        engine_(llama, tokenizer,
+                serve::EngineOptions{.queue_limit = args.queue,
+                                     .parallel = args.parallel,
+                                     .prefix_cache = !args.no_prefix_cache}),
         created_(std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count()) {
@@ -203,6 +207,11 @@ class Server {
     metric("kv_blocks_total", "gauge", "Blocks of the paged KV pool (--parallel > 1).", s.kv_blocks_total);
     metric("preemptions_total", "counter", "Sequences that gave up their KV blocks to be recomputed later.",
            s.preemptions);
+    metric("prompt_tokens_cached_total", "counter",
+           "Prompt tokens taken from shared KV blocks instead of being computed (--parallel > 1).",
+           s.prompt_tokens_cached);
+    metric("kv_blocks_cached", "gauge", "KV blocks no request holds, kept for prefix sharing (--parallel > 1).",
+           s.kv_blocks_cached);
     return out;
   }
 
@@ -569,6 +578,9 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--parallel", args->parallel,
                   "Requests generating at once (continuous batching; KV memory grows with it: N x --ctx tokens)")
       ->capture_default_str();
+  app->add_flag("--no-prefix-cache", args->no_prefix_cache,
+               "With --parallel > 1: compute every prompt in full instead of sharing the KV blocks of a prefix "
+               "another request computed");
   app->add_option("--alias", args->alias, "Model id in the API (default: the file name)");
   return {app, [args] { return run_serve(*args); }};
 }

@@ -6,7 +6,9 @@
 // parallel = N > 1 (continuous batching), up to N requests share the model's paged KV pool:
 // every worker step admits queued requests while sequences and blocks allow, and runs one
 // batched forward step holding a decode token of each generating request and chunks of the
-// prompts still being prefilled.
+// prompts still being prefilled. A prompt that starts with full KV blocks another sequence
+// computed (running, or finished and still cached) shares those blocks and is prefilled
+// from after them (EngineOptions::prefix_cache).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +78,10 @@ struct EngineStats {
   int64_t kv_blocks_used = 0;      // blocks of the paged KV pool held (parallel > 1)
   int64_t kv_blocks_total = 0;
   uint64_t preemptions = 0;        // sequences that gave up their blocks to be recomputed later
+  /// Positions a sequence took from the prefix cache instead of computing them (parallel >
+  /// 1): its prompt's, and after a preemption also those of the text it had generated.
+  uint64_t prompt_tokens_cached = 0;
+  int64_t kv_blocks_cached = 0;    // blocks no sequence holds, kept for prefix sharing
 };
 
 struct EngineOptions {
@@ -88,6 +94,11 @@ struct EngineOptions {
   /// mixed into the decode steps of the others, so it does not stall them. More tokens
   /// prefill faster but make those steps longer.
   int64_t prefill_chunk = 64;
+  /// Prefix caching (parallel > 1): the full KV blocks of every sequence are kept by the
+  /// hash of the tokens up to their end, and a sequence whose tokens start with such
+  /// blocks shares them (read-only) and is prefilled from after them. Blocks no sequence
+  /// holds stay cached until the pool needs them (least recently released first).
+  bool prefix_cache = true;
 };
 
 class Engine {
