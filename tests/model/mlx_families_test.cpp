@@ -94,6 +94,10 @@ void expect_same_config(const LlamaConfig& gguf, const LlamaConfig& mlx) {
     EXPECT_EQ(mlx.layer_is_local(l), gguf.layer_is_local(l)) << "layer " << l;
     EXPECT_FLOAT_EQ(mlx.layer_rope_theta(l), gguf.layer_rope_theta(l)) << "layer " << l;
   }
+  EXPECT_EQ(mlx.experts, gguf.experts);
+  EXPECT_EQ(mlx.experts_used, gguf.experts_used);
+  EXPECT_EQ(mlx.expert_ffn, gguf.expert_ffn);
+  EXPECT_EQ(mlx.expert_weighting, gguf.expert_weighting);
   EXPECT_EQ(mlx.fused_qkv_tensor, gguf.fused_qkv_tensor);
   EXPECT_EQ(mlx.fused_gate_up_tensor, gguf.fused_gate_up_tensor);
   EXPECT_TRUE(mlx.rope_neox);
@@ -224,6 +228,11 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   shape.vocab = 1024;
   shape.head_dim = param.head_dim;
   if (shape.sliding_window > 0) shape.sliding_window = 6;  // shorter than the prompts
+  if (shape.experts > 0) {  // enough experts that some get no token of a prompt
+    shape.experts = shape.architecture == "llama" ? 8 : 16;
+    shape.experts_used = shape.architecture == "llama" ? 2 : 4;
+    shape.expert_ffn = shape.expert_ffn > 0 ? 64 : 0;
+  }
   shape.context = 256;
   const fs::path dir =
       fs::temp_directory_path() / cat("onepass_mlx_family_", ::getpid(), "_", param.shape);
@@ -236,8 +245,9 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
   ASSERT_TRUE(converted.empty()) << converted;
 
-  EXPECT_EQ(open_model(dir / "mlx")->find("blk.0.ffn_down.weight")->affine.has_value(),
-            std::string(param.type) != "f16");
+  const char* down = shape.experts > 0 ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight";
+  EXPECT_EQ(open_model(dir / "mlx")->find(down)->affine.has_value(),
+            std::string(param.type).starts_with("q"));
   const Agreement a = compare(dir / "model.gguf", dir / "mlx", kPrompts, 8, 256);
   std::printf(
       "[ %-13s %-5s] %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "
@@ -262,7 +272,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
                                            FamilyCase{"qwen3-0.6b", 64, DType::q8_0, "q8_32"},
                                            FamilyCase{"gemma3-270m", 64, DType::q8_0, "q8_32"},
                                            FamilyCase{"gemma2-2b", 48, DType::q8_0, "q8_32"},
-                                           FamilyCase{"phi3-mini", 0, DType::q8_0, "q8_32"}),
+                                           FamilyCase{"phi3-mini", 0, DType::q8_0, "q8_32"},
+                                           FamilyCase{"qwen3-30b-a3b", 32},
+                                           FamilyCase{"mixtral-8x7b", 0},
+                                           FamilyCase{"qwen3-30b-a3b", 32, DType::bf16, "bf16"},
+                                           FamilyCase{"qwen3-30b-a3b", 32, DType::q8_0, "q8_32"},
+                                           FamilyCase{"mixtral-8x7b", 0, DType::q8_0, "q8_32"},
+                                           FamilyCase{"qwen3-30b-a3b", 32, DType::q4_1, "q4_32"},
+                                           FamilyCase{"mixtral-8x7b", 0, DType::q4_1, "q4_32"}),
                          [](const auto& param_info) {
                            std::string name =
                                std::string(param_info.param.shape) + "_" + param_info.param.type;
@@ -379,7 +396,7 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& c) { c["model_type"] = "gemma3n"; },
        "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
-       "gemma3, phi3)"},
+       "gemma3, phi3, qwen3_moe, mixtral)"},
       {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; },
        "activation 'relu' is not supported"},
       {[](nlohmann::json& c) { c["layer_types"][1] = "full_attention"; },
