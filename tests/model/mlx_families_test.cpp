@@ -453,6 +453,94 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Qwen3-MoE config.json keys
+
+// A random Qwen3-MoE (16 experts, 4 used) and its mlx directory in a fresh folder; "" or why not.
+std::string make_qwen3_moe(const fs::path& dir) {
+  ModelShape shape = *find_model_shape("qwen3-30b-a3b");
+  shape.hidden = 128;
+  shape.ffn = 256;
+  shape.layers = 2;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 32;
+  shape.vocab = 1024;
+  shape.experts = 16;
+  shape.experts_used = 4;
+  shape.expert_ffn = 64;
+  shape.context = 256;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  make_model(shape, DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
+  return convert(dir / "model.gguf", dir / "mlx");
+}
+
+TEST(MlxQwen3Moe, ConfigErrorsNameTheKey) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_qwen3moe_errors_", ::getpid());
+  const std::string made = make_qwen3_moe(dir);
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  const nlohmann::json good = read_config(dir / "mlx");
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    try {
+      (void)open_model(dir / "mlx");
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& c) { c.erase("num_experts"); }, "missing integer 'num_experts'"},
+      {[](nlohmann::json& c) { c.erase("moe_intermediate_size"); },
+       "missing integer 'moe_intermediate_size'"},
+      {[](nlohmann::json& c) { c["num_experts"] = 0; },
+       "'num_experts' is 0, expected a positive number of experts"},
+      {[](nlohmann::json& c) { c["num_experts_per_tok"] = 17; },
+       "'num_experts_per_tok' is 17, expected 1..num_experts (16)"},
+      {[](nlohmann::json& c) { c["norm_topk_prob"] = "yes"; }, "'norm_topk_prob' is \"yes\""},
+      {[](nlohmann::json& c) { c["mlp_only_layers"] = {1}; },
+       "layer 1 has a dense feed-forward (decoder_sparse_step 1, mlp_only_layers); a model of "
+       "both dense and expert layers is not supported"},
+      {[](nlohmann::json& c) { c["decoder_sparse_step"] = 2; },
+       "layer 0 has a dense feed-forward (decoder_sparse_step 2"},
+      {[](nlohmann::json& c) { c["decoder_sparse_step"] = 0; }, "'decoder_sparse_step' is 0"},
+      {[](nlohmann::json& c) { c["mlp_only_layers"] = "none"; }, "'mlp_only_layers' is \"none\""},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string error = error_with(edit);
+    EXPECT_NE(error.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find("mlx"), std::string::npos) << error;
+  }
+  // Layers named past the last one do not make a dense layer.
+  EXPECT_EQ(error_with([](nlohmann::json& c) { c["mlp_only_layers"] = {7}; }), "");
+  // Without norm_topk_prob the selected experts keep their share of a softmax over all.
+  std::ofstream(dir / "mlx" / "config.json") << nlohmann::json(good).dump(1);
+  EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_selected);
+  nlohmann::json unnormalised = good;
+  unnormalised["norm_topk_prob"] = false;
+  std::ofstream(dir / "mlx" / "config.json") << unnormalised.dump(1);
+  EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_all);
+
+  // A Hugging Face checkpoint's per-expert tensors are named as such.
+  std::ofstream(dir / "mlx" / "config.json") << good.dump(1);
+  rename_tensors(dir / "mlx" / "model.safetensors", [](const std::string& name) { return name; },
+                 {{"model.layers.0.mlp.experts.0.gate_proj.weight",
+                   {{"dtype", "F16"}, {"shape", {64, 128}}, {"bytes", 64 * 128 * 2}}}});
+  const std::string error = error_with([](nlohmann::json&) {});
+  EXPECT_NE(error.find("the experts are separate tensors (model.layers.0.mlp.experts.0....); "
+                       "expected mlx-lm's stacked model.layers.0.mlp.switch_mlp."),
+            std::string::npos)
+      << error;
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------
 // The real Gemma 3 270M
 
 TEST(MlxGemmaReal, DirectoryConvertedFromTheGgufMatchesIt) {
