@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 #include "onepass/model/loader.h"
 #include "onepass/model/model_maker.h"
 #include "onepass/model/tokenizer.h"
+#include "onepass/ops/quant.h"
 #include "support/testing.h"
 
 namespace onepass::model {
@@ -144,12 +146,58 @@ size_t argmax(std::span<const float> row) {
   return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// A GGUF file whose mixture routers are replaced by the values an MLX directory quantised
+// them to (mlx-lm quantises routers; llama.cpp keeps them f32): the same routing, so that
+// the two runs stay comparable token for token.
+class RoutersOf final : public ModelSource {
+ public:
+  RoutersOf(std::unique_ptr<ModelSource> gguf, const ModelSource& mlx) : gguf_(std::move(gguf)) {
+    const LlamaConfig& c = gguf_->config();
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const std::string name = cat("blk.", l, ".ffn_gate_inp.weight");
+      const HostTensor t = mlx.require(name);
+      if (!t.affine) continue;
+      std::vector<float>& values = routers_[name];
+      values.resize(static_cast<size_t>(c.experts * c.hidden));
+      ops::affine_dequantize(*t.affine, static_cast<const uint32_t*>(t.data),
+                             static_cast<const uint16_t*>(t.scales),
+                             static_cast<const uint16_t*>(t.biases), c.experts, c.hidden,
+                             values.data());
+    }
+  }
+  size_t replaced() const { return routers_.size(); }
+  const LlamaConfig& config() const override { return gguf_->config(); }
+  std::optional<HostTensor> find(std::string_view name) const override {
+    const auto it = routers_.find(std::string(name));
+    if (it == routers_.end()) return gguf_->find(name);
+    HostTensor h;
+    h.name = std::string(name);
+    h.dtype = DType::f32;
+    h.shape = Shape{gguf_->config().experts, gguf_->config().hidden};
+    h.data = it->second.data();
+    h.bytes = it->second.size() * 4;
+    return h;
+  }
+  std::optional<TokenizerData> tokenizer_data() const override { return gguf_->tokenizer_data(); }
+  std::string describe() const override { return gguf_->describe(); }
+
+ private:
+  std::unique_ptr<ModelSource> gguf_;
+  std::map<std::string, std::vector<float>> routers_;
+};
+
 // Loads `gguf` and the directory, compares configuration, token ids, teacher-forced logits of
-// each prompt and a greedy continuation of `steps` tokens.
+// each prompt and a greedy continuation of `steps` tokens. A mixture's GGUF side routes with
+// the directory's routers when those are quantised.
 Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir,
                   const std::vector<std::string>& prompts, int steps, int64_t context) {
-  const auto gguf = open_model(gguf_path);
   const auto mlx = open_model(mlx_dir);
+  std::unique_ptr<ModelSource> gguf = open_model(gguf_path);
+  if (gguf->config().moe()) {
+    auto routed = std::make_unique<RoutersOf>(std::move(gguf), *mlx);
+    EXPECT_EQ(routed->replaced() > 0, mlx->find("blk.0.ffn_gate_inp.weight")->affine.has_value());
+    gguf = std::move(routed);
+  }
   expect_same_config(gguf->config(), mlx->config());
   const Tokenizer gguf_tok(*gguf->tokenizer_data());
   const Tokenizer mlx_tok(*mlx->tokenizer_data());
@@ -248,6 +296,16 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   const char* down = shape.experts > 0 ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight";
   EXPECT_EQ(open_model(dir / "mlx")->find(down)->affine.has_value(),
             std::string(param.type).starts_with("q"));
+  if (shape.experts > 0 && std::string(param.type).starts_with("q")) {
+    // Routers as mlx-lm quantises them: Qwen3-MoE's by a per-layer entry of 8 bits in
+    // groups of 64, Mixtral's as the other matrices.
+    const std::optional<HostTensor> router =
+        open_model(dir / "mlx")->find("blk.1.ffn_gate_inp.weight");
+    ASSERT_TRUE(router.has_value() && router->affine.has_value());
+    const bool qwen = shape.architecture == "qwen3moe";
+    EXPECT_EQ(router->affine->bits, qwen ? 8u : std::string(param.type) == "q4_32" ? 4u : 8u);
+    EXPECT_EQ(router->affine->group_size, qwen ? 64u : 32u);
+  }
   const Agreement a = compare(dir / "model.gguf", dir / "mlx", kPrompts, 8, 256);
   std::printf(
       "[ %-13s %-5s] %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "

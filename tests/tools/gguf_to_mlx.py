@@ -19,7 +19,9 @@ Families: llama (Q and K rows back from llama.cpp's interleaved-RoPE order), qwe
 gemma2, gemma3 (norm weights back from GGUF's 1 + w to the stored w), phi3, and the mixtures
 of experts qwen3moe (mlx-lm's qwen3_moe) and llama with experts (mixtral): the router as
 `gate`, the experts stacked [experts, out, in] in `switch_mlp`, as mlx-lm writes them; their
-f32 tensors (norms, routers) stay f32 so that the routing is the GGUF file's. The config.json
+f32 tensors (norms, routers) stay f32 so that the routing is the GGUF file's, except that
+qBITS_GROUP quantises the routers as mlx-lm does (Qwen3-MoE's at 8 bits in groups of 64, a
+per-layer entry of config.json's quantization; Mixtral's as the other matrices). The config.json
 keys follow the families' Hugging Face configurations: Gemma 3 lists layer_types, Gemma 2
 relies on its default alternation.
 """
@@ -347,13 +349,15 @@ def convert(gguf_path, out_dir, dtype="f16"):
     config, heads, kv_heads = make_config(fields, arch, tensors)
     kind = config["model_type"]
     # A mixture's routing is discrete: the f32 tensors (norms, routers) stay f32, so that no
-    # rounding moves a token near a tie to another expert than the GGUF file chooses.
+    # rounding moves a token near a tie to another expert than the GGUF file chooses; only a
+    # quantised directory's routers are quantised, as mlx-lm quantises them.
     keep_f32 = kind in ("qwen3_moe", "mixtral")
 
     FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
                    gguf.GGMLQuantizationType.BF16)
     arrays = {}
     unquantized = []
+    layer_formats = {}
     for name, t in tensors.items():
         shape = tuple(int(d) for d in reversed(t.shape))
         values = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
@@ -363,10 +367,17 @@ def convert(gguf_path, out_dir, dtype="f16"):
         elif arch == "llama" and name.endswith("attn_k.weight"):
             permute = kv_heads
         module = hf_name(name, arch, kind)
-        f32 = keep_f32 and t.tensor_type == gguf.GGMLQuantizationType.F32
-        quantize = (quantization and not f32 and values.ndim in (2, 3)
-                    and values.shape[-1] % quantization[1] == 0)
-        parts = exact_affine(t, *quantization) if quantize else None
+        layer_format = quantization
+        router = name.endswith("ffn_gate_inp.weight")
+        if quantization and router and kind == "qwen3_moe":
+            # mlx-lm's quant_predicate for Qwen3-MoE: the router at 8 bits in groups of 64.
+            layer_format = (8, 64)
+            layer_formats[module[:-len(".weight")]] = {"group_size": 64, "bits": 8}
+        f32 = (keep_f32 and t.tensor_type == gguf.GGMLQuantizationType.F32
+               and not (quantization and router))
+        quantize = (layer_format and not f32 and values.ndim in (2, 3)
+                    and values.shape[-1] % layer_format[1] == 0)
+        parts = exact_affine(t, *layer_format) if quantize else None
         if quantize and parts is None and t.tensor_type not in FLOAT_TYPES:
             # Requantising quantised values would add a second rounding: the matrix stays
             # f16, unquantised, as mlx-lm's mixed quantisation marks such a layer.
@@ -375,12 +386,12 @@ def convert(gguf_path, out_dir, dtype="f16"):
         if quantize:
             # Experts [E, out, in] are quantised as E x out rows of `in` values.
             rows = values.reshape(-1, values.shape[-1])
-            parts = parts or affine_quantize(rows, *quantization)
+            parts = parts or affine_quantize(rows, *layer_format)
             if permute:
                 parts = tuple(unpermute(p, permute) for p in parts)
             q, scales, biases = parts
             base = module[:-len(".weight")]
-            arrays[module] = ("U32", pack(q, quantization[0]).reshape(*shape[:-1], -1))
+            arrays[module] = ("U32", pack(q, layer_format[0]).reshape(*shape[:-1], -1))
             arrays[base + ".scales"] = ("F16", scales.reshape(*shape[:-1], -1))
             arrays[base + ".biases"] = ("F16", biases.reshape(*shape[:-1], -1))
             continue
@@ -393,6 +404,7 @@ def convert(gguf_path, out_dir, dtype="f16"):
         config["quantization"] = {"group_size": quantization[1], "bits": quantization[0]}
         for module in unquantized:
             config["quantization"][module] = False
+        config["quantization"].update(layer_formats)
         config["quantization_config"] = dict(config["quantization"])
     arrays = dict(sorted(arrays.items()))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), arrays)
