@@ -625,8 +625,9 @@ class MlxSource final : public ModelSource {
           config_.experts, ")");
     config_.expert_ffn = qwen ? integer("moe_intermediate_size", std::nullopt) : config_.ffn;
     // Qwen3-MoE: softmax over all experts, then the top-k renormalised (norm_topk_prob) --
-    // a softmax over the selected ones -- or not. Mixtral: softmax over the selected logits.
-    config_.expert_weighting = !qwen || boolean("norm_topk_prob", true)
+    // a softmax over the selected ones -- or not (Hugging Face's default when the key is
+    // absent). Mixtral: softmax over the selected logits.
+    config_.expert_weighting = !qwen || boolean("norm_topk_prob", false)
                                    ? ExpertWeighting::softmax_selected
                                    : ExpertWeighting::softmax_all;
     if (!qwen) return;

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -27,7 +26,6 @@
 #include "onepass/model/loader.h"
 #include "onepass/model/model_maker.h"
 #include "onepass/model/tokenizer.h"
-#include "onepass/ops/quant.h"
 #include "support/testing.h"
 
 namespace onepass::model {
@@ -146,44 +144,25 @@ size_t argmax(std::span<const float> row) {
   return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-// A GGUF file whose mixture routers are replaced by the values an MLX directory quantised
-// them to (mlx-lm quantises routers; llama.cpp keeps them f32): the same routing, so that
-// the two runs stay comparable token for token.
+// A GGUF file whose mixture routers are the MLX directory's quantised ones (mlx-lm quantises
+// routers; llama.cpp keeps them f32), multiplied by the same kernel: the same routing, so
+// that the two runs stay comparable token for token. The unquantised directories check the
+// routers' names and layout against the GGUF file's own.
 class RoutersOf final : public ModelSource {
  public:
-  RoutersOf(std::unique_ptr<ModelSource> gguf, const ModelSource& mlx) : gguf_(std::move(gguf)) {
-    const LlamaConfig& c = gguf_->config();
-    for (int64_t l = 0; l < c.layers; ++l) {
-      const std::string name = cat("blk.", l, ".ffn_gate_inp.weight");
-      const HostTensor t = mlx.require(name);
-      if (!t.affine) continue;
-      std::vector<float>& values = routers_[name];
-      values.resize(static_cast<size_t>(c.experts * c.hidden));
-      ops::affine_dequantize(*t.affine, static_cast<const uint32_t*>(t.data),
-                             static_cast<const uint16_t*>(t.scales),
-                             static_cast<const uint16_t*>(t.biases), c.experts, c.hidden,
-                             values.data());
-    }
-  }
-  size_t replaced() const { return routers_.size(); }
+  RoutersOf(std::unique_ptr<ModelSource> gguf, const ModelSource& mlx)
+      : gguf_(std::move(gguf)), mlx_(mlx) {}
   const LlamaConfig& config() const override { return gguf_->config(); }
   std::optional<HostTensor> find(std::string_view name) const override {
-    const auto it = routers_.find(std::string(name));
-    if (it == routers_.end()) return gguf_->find(name);
-    HostTensor h;
-    h.name = std::string(name);
-    h.dtype = DType::f32;
-    h.shape = Shape{gguf_->config().experts, gguf_->config().hidden};
-    h.data = it->second.data();
-    h.bytes = it->second.size() * 4;
-    return h;
+    if (name.ends_with(".ffn_gate_inp.weight")) return mlx_.find(name);
+    return gguf_->find(name);
   }
   std::optional<TokenizerData> tokenizer_data() const override { return gguf_->tokenizer_data(); }
   std::string describe() const override { return gguf_->describe(); }
 
  private:
   std::unique_ptr<ModelSource> gguf_;
-  std::map<std::string, std::vector<float>> routers_;
+  const ModelSource& mlx_;
 };
 
 // Loads `gguf` and the directory, compares configuration, token ids, teacher-forced logits of
@@ -193,10 +172,8 @@ Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir,
                   const std::vector<std::string>& prompts, int steps, int64_t context) {
   const auto mlx = open_model(mlx_dir);
   std::unique_ptr<ModelSource> gguf = open_model(gguf_path);
-  if (gguf->config().moe()) {
-    auto routed = std::make_unique<RoutersOf>(std::move(gguf), *mlx);
-    EXPECT_EQ(routed->replaced() > 0, mlx->find("blk.0.ffn_gate_inp.weight")->affine.has_value());
-    gguf = std::move(routed);
+  if (gguf->config().moe() && mlx->find("blk.0.ffn_gate_inp.weight")->affine) {
+    gguf = std::make_unique<RoutersOf>(std::move(gguf), *mlx);
   }
   expect_same_config(gguf->config(), mlx->config());
   const Tokenizer gguf_tok(*gguf->tokenizer_data());
@@ -582,6 +559,9 @@ TEST(MlxQwen3Moe, ConfigErrorsNameTheKey) {
   EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_selected);
   nlohmann::json unnormalised = good;
   unnormalised["norm_topk_prob"] = false;
+  std::ofstream(dir / "mlx" / "config.json") << unnormalised.dump(1);
+  EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_all);
+  unnormalised.erase("norm_topk_prob");  // Hugging Face's Qwen3MoeConfig default: false
   std::ofstream(dir / "mlx" / "config.json") << unnormalised.dump(1);
   EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_all);
 
