@@ -48,8 +48,15 @@ RelaidWeight relayout_affine(const HostTensor& t) {
   const int64_t group_count = l.rows * l.groups;
   const uint32_t per_word = format.values_per_word();
   const uint32_t mask = (1u << format.bits) - 1u;
-  auto quant = [&](int64_t row, int64_t e) {
-    return (packed[row * l.words + e / per_word] >> (format.bits * (e % per_word))) & mask;
+  // A row's quantised values, one byte each (the first value in a word's lowest bits).
+  std::vector<uint8_t> q(static_cast<size_t>(l.inputs));
+  auto unpack_row = [&](int64_t row) {
+    const uint32_t* words = packed + row * l.words;
+    uint8_t* out = q.data();
+    for (int64_t w = 0; w < l.words; ++w) {
+      uint32_t word = words[w];
+      for (uint32_t i = 0; i < per_word; ++i, word >>= format.bits) *out++ = static_cast<uint8_t>(word & mask);
+    }
   };
 
   RelaidWeight out;
@@ -70,14 +77,15 @@ RelaidWeight relayout_affine(const HostTensor& t) {
     out.bytes.resize(static_cast<size_t>(l.rows * blocks_per_row) * sizeof(ops::BlockQ4_1));
     auto* dst = reinterpret_cast<ops::BlockQ4_1*>(out.bytes.data());
     for (int64_t r = 0; r < l.rows; ++r) {
+      unpack_row(r);
       for (int64_t j = 0; j < blocks_per_row; ++j) {
         const int64_t g = r * l.groups + j * kBlock / format.group_size;
         ops::BlockQ4_1& block = dst[r * blocks_per_row + j];
         block.d = f32_to_f16(scale_value(format.scale_type, scales[g]));
         block.m = f32_to_f16(scale_value(format.scale_type, biases[g]));
+        const uint8_t* values = q.data() + j * kBlock;
         for (int64_t i = 0; i < kBlock / 2; ++i) {
-          block.qs[i] = static_cast<uint8_t>(quant(r, j * kBlock + i) |
-                                             (quant(r, j * kBlock + i + kBlock / 2) << 4));
+          block.qs[i] = static_cast<uint8_t>(values[i] | (values[i + kBlock / 2] << 4));
         }
       }
     }
@@ -88,12 +96,14 @@ RelaidWeight relayout_affine(const HostTensor& t) {
     out.bytes.resize(static_cast<size_t>(l.rows * blocks_per_row) * sizeof(ops::BlockQ8_0));
     auto* dst = reinterpret_cast<ops::BlockQ8_0*>(out.bytes.data());
     for (int64_t r = 0; r < l.rows; ++r) {
+      unpack_row(r);
       for (int64_t j = 0; j < blocks_per_row; ++j) {
         const int64_t g = r * l.groups + j * kBlock / format.group_size;
         ops::BlockQ8_0& block = dst[r * blocks_per_row + j];
         block.d = f32_to_f16(scale_value(format.scale_type, scales[g]));
+        const uint8_t* values = q.data() + j * kBlock;
         for (int64_t i = 0; i < kBlock; ++i) {
-          block.qs[i] = static_cast<int8_t>(static_cast<int32_t>(quant(r, j * kBlock + i)) - 128);
+          block.qs[i] = static_cast<int8_t>(static_cast<int32_t>(values[i]) - 128);
         }
       }
     }
