@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 
+#include "model/affine_relayout.h"
 #include "onepass/core/error.h"
 #include "onepass/ops/ops.h"
 #include "onepass/ops/paged_attention.h"
@@ -26,8 +27,10 @@ size_t tensor_bytes(DType type, int64_t rows, int64_t cols) {
 // A tensor's shape as the model sees it: an MLX affine weight's packed u32 columns
 // expanded to its input features.
 Shape logical_shape(const HostTensor& t) {
-  if (!t.affine || t.shape.ndim() != 2) return t.shape;
-  return Shape{t.shape[0], t.shape[1] * (32 / static_cast<int64_t>(t.affine->bits))};
+  if (!t.affine || t.shape.ndim() < 1) return t.shape;
+  Shape out = t.shape;
+  out[out.ndim() - 1] *= 32 / static_cast<int64_t>(t.affine->bits);
+  return out;
 }
 
 // Every tensor the configuration implies exists with the shape it implies, checked before
@@ -61,10 +64,6 @@ void check_tensors(const ModelSource& source, const LlamaConfig& c) {
       expect(p + "ffn_gate_exps.weight", Shape{c.experts, c.expert_ffn, c.hidden}, "[experts, expert_ffn, hidden]");
       expect(p + "ffn_up_exps.weight", Shape{c.experts, c.expert_ffn, c.hidden}, "[experts, expert_ffn, hidden]");
       expect(p + "ffn_down_exps.weight", Shape{c.experts, c.hidden, c.expert_ffn}, "[experts, hidden, expert_ffn]");
-      for (const char* n : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
-        check(!source.require(p + n).affine, "model", source.describe(), ": tensor '", p, n,
-              "' is MLX affine-quantised; experts take GGUF weight types");
-      }
     } else if (c.fused_gate_up_tensor) {
       expect(p + "ffn_up.weight", Shape{2 * c.ffn, c.hidden}, "[2 ffn (gate, then up), hidden]");
     } else {
@@ -394,7 +393,15 @@ void LlamaModel::load_weights(const ModelSource& source) {
       // A decoded token reads experts_used of the experts' weights.
       auto experts = [&](const std::string& name) {
         const HostTensor t = source.require(name);
-        TensorView v = upload(t);
+        TensorView v;
+        if (t.affine) {  // matmul_id takes GGUF weight types: MLX's groups are re-laid as one
+          const RelaidWeight relaid = relayout_affine(t);
+          v = upload(HostTensor{.name = t.name, .dtype = relaid.dtype, .shape = relaid.shape,
+                                .data = relaid.bytes.data(), .bytes = relaid.bytes.size()});
+          source.release(t);
+        } else {
+          v = upload(t);
+        }
         report(t.name, t.bytes);
         weight_bytes_ += v.span_bytes() / static_cast<size_t>(c.experts) * static_cast<size_t>(c.experts_used);
         return v;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/affine_relayout.h"
 #include "model/mlx_config_json.h"
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
@@ -138,6 +139,7 @@ struct MlxFamily {
 constexpr MlxFamily kMlxFamilies[] = {
     {"llama", "llama"},   {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
     {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
+    {"qwen3_moe", "qwen3moe"}, {"mixtral", "llama"},
 };
 
 std::string mlx_model_types() {
@@ -186,6 +188,9 @@ struct MlxLayout {
   std::string lm_head = "lm_head.weight";
   bool gemma_norms = false;    // pre/post attention and feed-forward norms (Gemma 2, 3)
   bool fused_gate_up = false;  // gate_up_proj (Phi-3)
+  // A mixture of experts' module: "mlp." (Qwen3-MoE) or "block_sparse_moe." (Mixtral), whose
+  // "gate" is the router and whose "switch_mlp" holds the experts stacked [experts, out, in].
+  std::string moe = "mlp.";
 };
 
 // GGUF tensor name -> mlx-lm (Hugging Face) tensor name; "" for none.
@@ -222,6 +227,12 @@ std::string hf_name(std::string_view gguf, const MlxLayout& layout) {
     module = layout.gemma_norms ? "post_attention_layernorm.weight" : "";
   } else if (rest == "ffn_up.weight") {
     module = layout.fused_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  } else if (rest == "ffn_gate_inp.weight") {
+    module = layout.moe + "gate.weight";
+  } else if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight" ||
+             rest == "ffn_down_exps.weight") {
+    const std::string_view part = rest.substr(4, rest.find('_', 4) - 4);  // gate, up, down
+    module = cat(layout.moe, "switch_mlp.", part, "_proj.weight");
   } else if (auto it = kLayer.find(rest); it != kLayer.end()) {
     module = it->second;
   }
@@ -308,6 +319,7 @@ class MlxSource final : public ModelSource {
     }
     if (layout_.model == "language_model.model.") layout_.lm_head = "language_model.lm_head.weight";
     layout_.gemma_norms = arch.post_norms;
+    if (type == "mixtral") layout_.moe = "block_sparse_moe.";
     auto has = [&](const std::string& name) {
       return model_.find(name) != nullptr || model_.is_quantized(name);
     };
@@ -359,6 +371,15 @@ class MlxSource final : public ModelSource {
           ": attention output biases (", layer0, "self_attn.o_proj.bias) are not supported");
     check(model_.find(layer0 + "mlp.down_proj.bias") == nullptr, where, model_.dir().string(),
           ": feed-forward biases (", layer0, "mlp.down_proj.bias) are not supported");
+    if (type == "qwen3_moe" || type == "mixtral") {
+      // Hugging Face checkpoints keep one tensor per expert; mlx-lm stacks them on loading
+      // and writes the stacks.
+      const std::string per_expert = layer0 + layout_.moe + "experts.0.";
+      check(!has(per_expert + "gate_proj.weight") && !has(per_expert + "w1.weight"), where,
+            model_.dir().string(), ": the experts are separate tensors (", per_expert,
+            "...); expected mlx-lm's stacked ", layer0, layout_.moe,
+            "switch_mlp.{gate,up,down}_proj (convert the checkpoint with mlx_lm.convert)");
+    }
     config_.tied_output = boolean("tie_word_embeddings", false) || !has(layout_.lm_head);
     check(!boolean("use_bidirectional_attention", false), where, file,
           ": use_bidirectional_attention: true (an embedding model) is not supported");
@@ -384,6 +405,7 @@ class MlxSource final : public ModelSource {
       config_.rope_theta_local = number(j, "rope_local_base_freq", arch.rope_theta_local);
     read_activation(j, arch, file);
     read_sliding_window(j, arch, file, integer);
+    if (type == "qwen3_moe" || type == "mixtral") read_experts(j, type, file, integer, boolean);
 
     std::optional<Llama3Scaling> llama3;
     if (const auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
@@ -421,22 +443,20 @@ class MlxSource final : public ModelSource {
       check_no_extra_blocks(t.name, layout_.model + "layers.", config_.layers, where, file,
                             "num_hidden_layers");
     }
-    // Embedding lookups need a plain table: a quantised embedding is expanded to f16 once
-    // (the LM head keeps using the quantised form when tied).
+    // Embedding lookups take GGUF weight types: a quantised embedding is re-laid as one
+    // (4-bit groups as q4_1 blocks, ...; model/affine_relayout.h), which a tied LM head
+    // then multiplies by.
     if (model_.is_quantized(embedding_name)) {
       const MlxQuantizedWeight& q = model_.quantized(embedding_name);
       check(q.shape == Shape({config_.vocab_size, config_.hidden}), where, model_.dir().string(),
             ": tensor '", embedding_name, "' has shape ", q.shape.str(), ", expected [",
             config_.vocab_size, ", ", config_.hidden, "] (vocab_size, hidden_size)");
-      const int64_t rows = q.shape[0];
-      const int64_t cols = q.shape[1];
-      std::vector<float> full(static_cast<size_t>(rows * cols));
-      ops::affine_dequantize(q.format, static_cast<const uint32_t*>(q.weight->data),
-                             static_cast<const uint16_t*>(q.scales->data),
-                             static_cast<const uint16_t*>(q.biases->data), rows, cols, full.data());
-      embedding_f16_.resize(full.size());
-      ops::quantize(DType::f16, full.data(), static_cast<int64_t>(full.size()),
-                    embedding_f16_.data());
+      HostTensor packed = host_tensor(*q.weight);
+      packed.name = embedding_name;
+      packed.affine = q.format;
+      packed.scales = q.scales->data;
+      packed.biases = q.biases->data;
+      embedding_ = relayout_affine(packed);
     }
     default_chat_template_ = arch.default_chat_template;
   }
@@ -444,13 +464,13 @@ class MlxSource final : public ModelSource {
   const LlamaConfig& config() const override { return config_; }
 
   std::optional<HostTensor> find(std::string_view name) const override {
-    if (name == "token_embd.weight" && !embedding_f16_.empty()) {
+    if (name == "token_embd.weight" && !embedding_.bytes.empty()) {
       HostTensor h;
       h.name = std::string(name);
-      h.dtype = DType::f16;
-      h.shape = Shape{config_.vocab_size, config_.hidden};
-      h.data = embedding_f16_.data();
-      h.bytes = embedding_f16_.size() * 2;
+      h.dtype = embedding_.dtype;
+      h.shape = embedding_.shape;
+      h.data = embedding_.bytes.data();
+      h.bytes = embedding_.bytes.size();
       return h;
     }
     // A tied LM head is the (possibly quantised) embedding.
@@ -504,7 +524,7 @@ class MlxSource final : public ModelSource {
   std::string describe() const override { return model_.dir().string() + " (MLX)"; }
   std::string file_name(std::string_view name) const override { return hf_name(name, layout_); }
   void release(const HostTensor& tensor) const override {
-    // Only what points into a safetensors mapping: not the expanded embedding or the
+    // Only what points into a safetensors mapping: not the re-laid embedding or the
     // converted norms, which live in this object.
     for (const TensorInfo& t : model_.tensors()) {
       const auto* begin = static_cast<const uint8_t*>(t.data);
@@ -588,6 +608,51 @@ class MlxSource final : public ModelSource {
     check(config_.sliding_window > 0, "mlx", file, ": 'sliding_window' is ", config_.sliding_window,
           ", expected a positive number of keys");
   }
+  // Mixture of experts: mlx-lm's Qwen3-MoE (num_experts, moe_intermediate_size, every layer
+  // sparse unless decoder_sparse_step / mlp_only_layers say otherwise) and Mixtral
+  // (num_local_experts, 8 by default, each expert of intermediate_size rows).
+  template <typename Integer, typename Boolean>
+  void read_experts(const nlohmann::json& j, const std::string& type, const std::string& file,
+                    const Integer& integer, const Boolean& boolean) {
+    const bool qwen = type == "qwen3_moe";
+    const char* count_key = qwen ? "num_experts" : "num_local_experts";
+    config_.experts = integer(count_key, qwen ? std::nullopt : std::optional<int64_t>(8));
+    config_.experts_used = integer("num_experts_per_tok", qwen ? std::nullopt : std::optional<int64_t>(2));
+    check(config_.experts > 0, "mlx", file, ": '", count_key, "' is ", config_.experts,
+          ", expected a positive number of experts");
+    check(config_.experts_used > 0 && config_.experts_used <= config_.experts, "mlx", file,
+          ": 'num_experts_per_tok' is ", config_.experts_used, ", expected 1..", count_key, " (",
+          config_.experts, ")");
+    config_.expert_ffn = qwen ? integer("moe_intermediate_size", std::nullopt) : config_.ffn;
+    // Qwen3-MoE: softmax over all experts, then the top-k renormalised (norm_topk_prob) --
+    // a softmax over the selected ones -- or not (Hugging Face's default when the key is
+    // absent). Mixtral: softmax over the selected logits.
+    config_.expert_weighting = !qwen || boolean("norm_topk_prob", false)
+                                   ? ExpertWeighting::softmax_selected
+                                   : ExpertWeighting::softmax_all;
+    if (!qwen) return;
+    // A layer is sparse unless it is in mlp_only_layers or (layer + 1) is not a multiple of
+    // decoder_sparse_step; the decoder runs every layer the same way.
+    const int64_t step = integer("decoder_sparse_step", int64_t{1});
+    check(step > 0, "mlx", file, ": 'decoder_sparse_step' is ", step, ", expected a positive number");
+    std::vector<int64_t> dense;
+    if (const auto only = j.find("mlp_only_layers"); only != j.end() && !only->is_null()) {
+      check(only->is_array(), "mlx", file, ": 'mlp_only_layers' is ", only->dump(),
+            ", expected an array of layer numbers");
+      for (const nlohmann::json& l : *only) {
+        check(l.is_number_integer(), "mlx", file, ": 'mlp_only_layers' holds ", l.dump(),
+              ", expected layer numbers");
+        if (l.get<int64_t>() >= 0 && l.get<int64_t>() < config_.layers) dense.push_back(l.get<int64_t>());
+      }
+    }
+    for (int64_t l = 0; l < config_.layers && dense.empty(); ++l) {
+      if ((l + 1) % step != 0) dense.push_back(l);
+    }
+    check(dense.empty(), "mlx", file, ": layer ", dense.empty() ? 0 : dense.front(),
+          " has a dense feed-forward (decoder_sparse_step ", step,
+          ", mlp_only_layers); a model of both dense and expert layers is not supported");
+  }
+
   static bool boolean_true(const nlohmann::json& j, const char* key) {
     const auto it = j.find(key);
     return it != j.end() && it->is_boolean() && it->get<bool>();
@@ -597,7 +662,7 @@ class MlxSource final : public ModelSource {
   MlxLayout layout_;
   LlamaConfig config_;
   std::optional<std::vector<float>> rope_factors_;
-  std::vector<uint16_t> embedding_f16_;
+  RelaidWeight embedding_;  // a quantised embedding in a GGUF weight type
   std::string_view default_chat_template_;
   mutable std::map<std::string, std::vector<float>> converted_;
 };

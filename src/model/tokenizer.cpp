@@ -48,6 +48,15 @@ struct SpecialToken {
   bool needs_parse_special;  // control/unknown tokens; user-defined ones always match
   bool strip_left = false;   // the match takes in the whitespace before / after it
   bool strip_right = false;
+  bool single_word = false;  // no word character may touch the match
+  bool normalized = false;   // found in the second pass (AddedTokenRule::normalized)
+};
+
+// A stretch of the text being encoded: an added token's match (id >= 0) or a gap that the
+// model's encoder tokenizes (id -1).
+struct TextPiece {
+  size_t begin = 0, end = 0;
+  int32_t id = -1;
 };
 
 // Unicode White_Space (what `\s` matches in Hugging Face tokenizers' Rust regex).
@@ -78,14 +87,25 @@ size_t white_space_before(std::string_view text, size_t end, size_t floor) {
   return end;
 }
 
-// Where the run of whitespace that starts at `begin` ends.
-size_t white_space_after(std::string_view text, size_t begin) {
-  while (begin < text.size()) {
+// Where the run of whitespace that starts at `begin` ends (not after `limit`).
+size_t white_space_after(std::string_view text, size_t begin, size_t limit) {
+  while (begin < limit) {
     const auto [cp, length] = decode_at(text, begin);
     if (!is_white_space(cp)) break;
     begin += length;
   }
   return begin;
+}
+
+// Whether text[start, end) stands alone as a word within text[lo, hi): no word character
+// right before or after it (Hugging Face tokenizers' single_word).
+bool stands_alone(std::string_view text, size_t lo, size_t start, size_t end, size_t hi) {
+  if (start > lo) {
+    size_t previous = start - 1;
+    while (previous > lo && (static_cast<uint8_t>(text[previous]) & 0xC0) == 0x80) --previous;
+    if (unicode::is_word_character(decode_at(text, previous).first)) return false;
+  }
+  return end >= hi || !unicode::is_word_character(decode_at(text, end).first);
 }
 
 }  // namespace
@@ -99,6 +119,7 @@ struct Tokenizer::Impl {
   // Specials that start with each byte, longest first, for leftmost-longest matching.
   std::array<std::vector<SpecialToken>, 256> specials_by_first_byte;
   std::unique_ptr<tokenizer_detail::TextEncoder> encoder;
+  bool two_passes = false;  // some added tokens are found in the normalised text
   std::optional<int32_t> eot;
   std::vector<int32_t> end_of_generation;
 
@@ -145,10 +166,9 @@ struct Tokenizer::Impl {
     if (data.eot_id) check_id(*data.eot_id, "EOT id");
     check(!data.add_bos || data.bos_id >= 0, kWhere, "add_bos is set but there is no BOS id");
     check(!data.add_eos || data.eos_id >= 0, kWhere, "add_eos is set but there is no EOS id");
-    for (const AddedTokenStrip& strip : data.added_token_strip) {
-      check(strip.id >= 0 && strip.id < vocab_size(), kWhere,
-            "a whitespace-stripping added token has id ", strip.id, ", outside the vocabulary of ",
-            vocab_size(), " tokens");
+    for (const AddedTokenRule& rule : data.added_token_rules) {
+      check(rule.id >= 0 && rule.id < vocab_size(), kWhere, "an added token's matching rule names id ",
+            rule.id, ", outside the vocabulary of ", vocab_size(), " tokens");
     }
   }
 
@@ -182,13 +202,16 @@ struct Tokenizer::Impl {
       specials_by_first_byte[static_cast<uint8_t>(text[0])].push_back(
           {text, static_cast<int32_t>(i), type != TokenType::kUserDefined});
     }
-    for (const AddedTokenStrip& strip : data.added_token_strip) {
-      const std::string_view text = data.tokens[static_cast<size_t>(strip.id)];
+    for (const AddedTokenRule& rule : data.added_token_rules) {
+      const std::string_view text = data.tokens[static_cast<size_t>(rule.id)];
       if (text.empty()) continue;
       for (SpecialToken& special : specials_by_first_byte[static_cast<uint8_t>(text[0])]) {
-        if (special.id != strip.id) continue;
-        special.strip_left = strip.left;
-        special.strip_right = strip.right;
+        if (special.id != rule.id) continue;
+        special.strip_left = rule.left;
+        special.strip_right = rule.right;
+        special.single_word = rule.single_word;
+        special.normalized = rule.normalized;
+        two_passes = two_passes || rule.normalized;
       }
     }
     for (auto& list : specials_by_first_byte) {
@@ -250,12 +273,48 @@ struct Tokenizer::Impl {
     }
   }
 
-  const SpecialToken* match_special(std::string_view text, size_t pos, bool parse_special) const {
+  // The longest added token of this pass that text[pos, hi) starts with.
+  const SpecialToken* match_special(std::string_view text, size_t pos, size_t hi,
+                                    bool normalized_pass, bool parse_special) const {
     for (const SpecialToken& special : specials_by_first_byte[static_cast<uint8_t>(text[pos])]) {
       if (special.needs_parse_special && !parse_special) continue;
+      if (special.normalized != normalized_pass || special.text.size() > hi - pos) continue;
       if (text.compare(pos, special.text.size(), special.text) == 0) return &special;
     }
     return nullptr;
+  }
+
+  // One pass of Hugging Face tokenizers' added-token split over text[lo, hi): the
+  // leftmost-longest matches, not overlapping; a single_word match touching a word character
+  // is skipped (the search resumes after it); each kept match's span grows over the
+  // whitespace beside it (lstrip / rstrip; not before the previous span's end). A match
+  // inside a grown span is still emitted (a vocabulary whose "\n" is an added token keeps
+  // it after an rstrip token), and the text after it resumes where it ends.
+  void split_added(std::string_view text, size_t lo, size_t hi, bool normalized_pass,
+                   bool parse_special, std::vector<TextPiece>& out) const {
+    size_t run_start = lo;
+    for (size_t pos = lo; pos < hi;) {
+      const SpecialToken* special = match_special(text, pos, hi, normalized_pass, parse_special);
+      if (special == nullptr) {
+        ++pos;
+        continue;
+      }
+      const size_t end = pos + special->text.size();
+      if (special->single_word && !stands_alone(text, lo, pos, end, hi)) {
+        pos = end;
+        continue;
+      }
+      const size_t start =
+          special->strip_left
+              ? std::max(white_space_before(text, pos, std::min(run_start, pos)), run_start)
+              : pos;
+      if (start > run_start) out.push_back({run_start, start, -1});
+      const size_t stop = special->strip_right ? white_space_after(text, end, hi) : end;
+      out.push_back({start, stop, special->id});
+      run_start = stop;
+      pos = end;
+    }
+    if (run_start < hi) out.push_back({run_start, hi, -1});
   }
 
   // Bytes `id` contributes to decoded text, and whether it is a special token (after which
@@ -323,31 +382,29 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
 
   // A text the vocabulary cannot spell is a fault of the vocabulary: name its file.
   try {
-    // As Hugging Face tokenizers splits on added tokens: the leftmost-longest matches, not
-    // overlapping, found in the text as given; then each match's span grows over the
-    // whitespace beside it (lstrip / rstrip; not before the previous span's end). A match
-    // inside a grown span is still emitted (a vocabulary whose "\n" is an added token keeps
-    // it after an rstrip token), and the text after it resumes where it ends.
-    size_t run_start = 0;
-    for (size_t pos = 0; pos < text.size();) {
-      const SpecialToken* special = impl.match_special(text, pos, options.parse_special);
-      if (special == nullptr) {
-        ++pos;
-        continue;
+    // As Hugging Face tokenizers splits on added tokens: first the tokens matched in the text
+    // as given, then, in the gaps between them, those matched in the normalised text.
+    std::vector<TextPiece> pieces;
+    impl.split_added(text, 0, text.size(), false, options.parse_special, pieces);
+    if (impl.two_passes) {
+      std::vector<TextPiece> first;
+      first.swap(pieces);
+      for (const TextPiece& piece : first) {
+        if (piece.id >= 0) {
+          pieces.push_back(piece);
+        } else {
+          impl.split_added(text, piece.begin, piece.end, true, options.parse_special, pieces);
+        }
       }
-      const size_t end = pos + special->text.size();
-      const size_t start =
-          special->strip_left
-              ? std::max(white_space_before(text, pos, std::min(run_start, pos)), run_start)
-              : pos;
-      if (start > run_start) {
-        impl.encoder->encode(text.substr(run_start, start - run_start), run_start == 0, out);
-      }
-      out.push_back(special->id);
-      run_start = special->strip_right ? white_space_after(text, end) : end;
-      pos = end;
     }
-    if (run_start < text.size()) impl.encoder->encode(text.substr(run_start), run_start == 0, out);
+    for (const TextPiece& piece : pieces) {
+      if (piece.id >= 0) {
+        out.push_back(piece.id);
+      } else {
+        impl.encoder->encode(text.substr(piece.begin, piece.end - piece.begin), piece.begin == 0,
+                             out);
+      }
+    }
   } catch (const Error& e) {
     rethrow_with_source(e, impl.data.source);
   }

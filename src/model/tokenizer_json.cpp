@@ -189,23 +189,23 @@ class TokenizerJsonReader {
       check(id.is_number_integer(), kWhere, file_, ": ", field, ".id is ", shown(id),
             ", expected an integer");
       const std::string content = string_of(token, "content", field + ".content");
-      // Matching only between word boundaries is not implemented.
-      check(!bool_of(token, "single_word", false, field + ".single_word"), kWhere, file_, ": ",
-            field, " ('", content, "') sets single_word: true, which is not supported");
+      const bool single_word = bool_of(token, "single_word", false, field + ".single_word");
       const bool lstrip = bool_of(token, "lstrip", false, field + ".lstrip");
       const bool rstrip = bool_of(token, "rstrip", false, field + ".rstrip");
       const bool special = bool_of(token, "special", false, field + ".special");
       // Matched in the normalised text (tokenizers' default for non-special tokens); checked
       // in finish(), once the normaliser is known.
-      if (!special && bool_of(token, "normalized", true, field + ".normalized")) {
+      const bool normalized =
+          !special && bool_of(token, "normalized", true, field + ".normalized");
+      if (normalized) {
         normalized_added_.push_back({field, content});
         if (lstrip || rstrip) normalized_stripping_.push_back({field, content});
       }
       set_token(id.get<int64_t>(), content, special ? TokenType::kControl : TokenType::kUserDefined,
                 field);
-      if (lstrip || rstrip) {
-        data_.added_token_strip.push_back(
-            {static_cast<int32_t>(id.get<int64_t>()), lstrip, rstrip});
+      if (lstrip || rstrip || single_word || normalized) {
+        data_.added_token_rules.push_back(
+            {static_cast<int32_t>(id.get<int64_t>()), lstrip, rstrip, single_word, normalized});
       }
     }
   }
@@ -397,9 +397,9 @@ class TokenizerJsonReader {
       }
     }
     // onepass matches added tokens in the text as given: right for a normalised one only
-    // where normalising leaves its text alone.
+    // where normalising leaves its text alone (a Prepend normaliser puts U+2581 before it).
     for (const auto& [field, content] : normalized_added_) {
-      const bool changes = (space_mark_ && content.find(' ') != std::string::npos) ||
+      const bool changes = prepend_ || (space_mark_ && content.find(' ') != std::string::npos) ||
                            (data_.nfc && unicode::find_nfc_unstable(content) != content.size());
       check(!changes, kWhere, file_, ": ", field, " ('", content,
             "') is matched after normalisation (normalized: true), which changes its text; "

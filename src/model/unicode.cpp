@@ -242,6 +242,35 @@ size_t find_nfc_unstable(std::string_view text) {
   return text.size();
 }
 
+bool is_word_character(uint32_t cp) {
+  if (cp < 0x80) {
+    return (cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') ||
+           cp == '_';
+  }
+  // PCRE2's Unicode tables answer the rest; the pattern is compiled once, anchored at the
+  // start of the one character it is given.
+  static const std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> word(
+      [] {
+        constexpr std::string_view pattern = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
+        int error_code = 0;
+        PCRE2_SIZE error_offset = 0;
+        pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
+                                         pattern.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED,
+                                         &error_code, &error_offset, nullptr);
+        check(code != nullptr, "tokenizer", "the word-character class does not compile (error ",
+              error_code, " at offset ", error_offset, ")");
+        return code;
+      }(),
+      &pcre2_code_free);
+  std::string text;
+  append_utf8(text, cp);
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
+      pcre2_match_data_create_from_pattern(word.get(), nullptr), &pcre2_match_data_free);
+  check(match != nullptr, "tokenizer", "out of memory for regex match data");
+  return pcre2_match(word.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+                     PCRE2_NO_UTF_CHECK, match.get(), nullptr) > 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Regex
 

@@ -45,6 +45,10 @@ std::string bytes_to_byte_level(std::string_view bytes);
 /// Raw bytes of byte-level text; characters outside the map are kept as UTF-8.
 std::string byte_level_to_bytes(std::string_view text);
 
+/// Whether `cp` is a word character as the regex `\w` of Hugging Face tokenizers (Rust's regex
+/// crate) has it: Alphabetic, a mark, a decimal digit, connector punctuation or a joiner.
+bool is_word_character(uint32_t cp);
+
 /// What a split keeps of the matches and the gaps between them (Hugging Face tokenizers'
 /// SplitDelimiterBehavior).
 enum class SplitBehavior : uint8_t {

@@ -94,6 +94,10 @@ void expect_same_config(const LlamaConfig& gguf, const LlamaConfig& mlx) {
     EXPECT_EQ(mlx.layer_is_local(l), gguf.layer_is_local(l)) << "layer " << l;
     EXPECT_FLOAT_EQ(mlx.layer_rope_theta(l), gguf.layer_rope_theta(l)) << "layer " << l;
   }
+  EXPECT_EQ(mlx.experts, gguf.experts);
+  EXPECT_EQ(mlx.experts_used, gguf.experts_used);
+  EXPECT_EQ(mlx.expert_ffn, gguf.expert_ffn);
+  EXPECT_EQ(mlx.expert_weighting, gguf.expert_weighting);
   EXPECT_EQ(mlx.fused_qkv_tensor, gguf.fused_qkv_tensor);
   EXPECT_EQ(mlx.fused_gate_up_tensor, gguf.fused_gate_up_tensor);
   EXPECT_TRUE(mlx.rope_neox);
@@ -140,12 +144,37 @@ size_t argmax(std::span<const float> row) {
   return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// A GGUF file whose mixture routers are the MLX directory's quantised ones (mlx-lm quantises
+// routers; llama.cpp keeps them f32), multiplied by the same kernel: the same routing, so
+// that the two runs stay comparable token for token. The unquantised directories check the
+// routers' names and layout against the GGUF file's own.
+class RoutersOf final : public ModelSource {
+ public:
+  RoutersOf(std::unique_ptr<ModelSource> gguf, const ModelSource& mlx)
+      : gguf_(std::move(gguf)), mlx_(mlx) {}
+  const LlamaConfig& config() const override { return gguf_->config(); }
+  std::optional<HostTensor> find(std::string_view name) const override {
+    if (name.ends_with(".ffn_gate_inp.weight")) return mlx_.find(name);
+    return gguf_->find(name);
+  }
+  std::optional<TokenizerData> tokenizer_data() const override { return gguf_->tokenizer_data(); }
+  std::string describe() const override { return gguf_->describe(); }
+
+ private:
+  std::unique_ptr<ModelSource> gguf_;
+  const ModelSource& mlx_;
+};
+
 // Loads `gguf` and the directory, compares configuration, token ids, teacher-forced logits of
-// each prompt and a greedy continuation of `steps` tokens.
+// each prompt and a greedy continuation of `steps` tokens. A mixture's GGUF side routes with
+// the directory's routers when those are quantised.
 Agreement compare(const fs::path& gguf_path, const fs::path& mlx_dir,
                   const std::vector<std::string>& prompts, int steps, int64_t context) {
-  const auto gguf = open_model(gguf_path);
   const auto mlx = open_model(mlx_dir);
+  std::unique_ptr<ModelSource> gguf = open_model(gguf_path);
+  if (gguf->config().moe() && mlx->find("blk.0.ffn_gate_inp.weight")->affine) {
+    gguf = std::make_unique<RoutersOf>(std::move(gguf), *mlx);
+  }
   expect_same_config(gguf->config(), mlx->config());
   const Tokenizer gguf_tok(*gguf->tokenizer_data());
   const Tokenizer mlx_tok(*mlx->tokenizer_data());
@@ -224,6 +253,11 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   shape.vocab = 1024;
   shape.head_dim = param.head_dim;
   if (shape.sliding_window > 0) shape.sliding_window = 6;  // shorter than the prompts
+  if (shape.experts > 0) {  // enough experts that some get no token of a prompt
+    shape.experts = shape.architecture == "llama" ? 8 : 16;
+    shape.experts_used = shape.architecture == "llama" ? 2 : 4;
+    shape.expert_ffn = shape.expert_ffn > 0 ? 64 : 0;
+  }
   shape.context = 256;
   const fs::path dir =
       fs::temp_directory_path() / cat("onepass_mlx_family_", ::getpid(), "_", param.shape);
@@ -236,8 +270,19 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
   ASSERT_TRUE(converted.empty()) << converted;
 
-  EXPECT_EQ(open_model(dir / "mlx")->find("blk.0.ffn_down.weight")->affine.has_value(),
-            std::string(param.type) != "f16");
+  const char* down = shape.experts > 0 ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight";
+  EXPECT_EQ(open_model(dir / "mlx")->find(down)->affine.has_value(),
+            std::string(param.type).starts_with("q"));
+  if (shape.experts > 0 && std::string(param.type).starts_with("q")) {
+    // Routers as mlx-lm quantises them: Qwen3-MoE's by a per-layer entry of 8 bits in
+    // groups of 64, Mixtral's as the other matrices.
+    const std::optional<HostTensor> router =
+        open_model(dir / "mlx")->find("blk.1.ffn_gate_inp.weight");
+    ASSERT_TRUE(router.has_value() && router->affine.has_value());
+    const bool qwen = shape.architecture == "qwen3moe";
+    EXPECT_EQ(router->affine->bits, qwen ? 8u : std::string(param.type) == "q4_32" ? 4u : 8u);
+    EXPECT_EQ(router->affine->group_size, qwen ? 64u : 32u);
+  }
   const Agreement a = compare(dir / "model.gguf", dir / "mlx", kPrompts, 8, 256);
   std::printf(
       "[ %-13s %-5s] %zu positions: max |error| %.2e of the largest logit, mean KL %.2e, top-1 "
@@ -262,7 +307,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
                                            FamilyCase{"qwen3-0.6b", 64, DType::q8_0, "q8_32"},
                                            FamilyCase{"gemma3-270m", 64, DType::q8_0, "q8_32"},
                                            FamilyCase{"gemma2-2b", 48, DType::q8_0, "q8_32"},
-                                           FamilyCase{"phi3-mini", 0, DType::q8_0, "q8_32"}),
+                                           FamilyCase{"phi3-mini", 0, DType::q8_0, "q8_32"},
+                                           FamilyCase{"qwen3-30b-a3b", 32},
+                                           FamilyCase{"mixtral-8x7b", 0},
+                                           FamilyCase{"qwen3-30b-a3b", 32, DType::bf16, "bf16"},
+                                           FamilyCase{"qwen3-30b-a3b", 32, DType::q8_0, "q8_32"},
+                                           FamilyCase{"mixtral-8x7b", 0, DType::q8_0, "q8_32"},
+                                           FamilyCase{"qwen3-30b-a3b", 32, DType::q4_1, "q4_32"},
+                                           FamilyCase{"mixtral-8x7b", 0, DType::q4_1, "q4_32"}),
                          [](const auto& param_info) {
                            std::string name =
                                std::string(param_info.param.shape) + "_" + param_info.param.type;
@@ -379,7 +431,7 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& c) { c["model_type"] = "gemma3n"; },
        "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
-       "gemma3, phi3)"},
+       "gemma3, phi3, qwen3_moe, mixtral)"},
       {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; },
        "activation 'relu' is not supported"},
       {[](nlohmann::json& c) { c["layer_types"][1] = "full_attention"; },
@@ -432,6 +484,97 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
     c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
   });
   EXPECT_FLOAT_EQ(scaled.rope_freq_scale, 0.125f);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// Qwen3-MoE config.json keys
+
+// A random Qwen3-MoE (16 experts, 4 used) and its mlx directory in a fresh folder; "" or why not.
+std::string make_qwen3_moe(const fs::path& dir) {
+  ModelShape shape = *find_model_shape("qwen3-30b-a3b");
+  shape.hidden = 128;
+  shape.ffn = 256;
+  shape.layers = 2;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 32;
+  shape.vocab = 1024;
+  shape.experts = 16;
+  shape.experts_used = 4;
+  shape.expert_ffn = 64;
+  shape.context = 256;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  make_model(shape, DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
+  return convert(dir / "model.gguf", dir / "mlx");
+}
+
+TEST(MlxQwen3Moe, ConfigErrorsNameTheKey) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_qwen3moe_errors_", ::getpid());
+  const std::string made = make_qwen3_moe(dir);
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  const nlohmann::json good = read_config(dir / "mlx");
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    try {
+      (void)open_model(dir / "mlx");
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& c) { c.erase("num_experts"); }, "missing integer 'num_experts'"},
+      {[](nlohmann::json& c) { c.erase("moe_intermediate_size"); },
+       "missing integer 'moe_intermediate_size'"},
+      {[](nlohmann::json& c) { c["num_experts"] = 0; },
+       "'num_experts' is 0, expected a positive number of experts"},
+      {[](nlohmann::json& c) { c["num_experts_per_tok"] = 17; },
+       "'num_experts_per_tok' is 17, expected 1..num_experts (16)"},
+      {[](nlohmann::json& c) { c["norm_topk_prob"] = "yes"; }, "'norm_topk_prob' is \"yes\""},
+      {[](nlohmann::json& c) { c["mlp_only_layers"] = {1}; },
+       "layer 1 has a dense feed-forward (decoder_sparse_step 1, mlp_only_layers); a model of "
+       "both dense and expert layers is not supported"},
+      {[](nlohmann::json& c) { c["decoder_sparse_step"] = 2; },
+       "layer 0 has a dense feed-forward (decoder_sparse_step 2"},
+      {[](nlohmann::json& c) { c["decoder_sparse_step"] = 0; }, "'decoder_sparse_step' is 0"},
+      {[](nlohmann::json& c) { c["mlp_only_layers"] = "none"; }, "'mlp_only_layers' is \"none\""},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string error = error_with(edit);
+    EXPECT_NE(error.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find("mlx"), std::string::npos) << error;
+  }
+  // Layers named past the last one do not make a dense layer.
+  EXPECT_EQ(error_with([](nlohmann::json& c) { c["mlp_only_layers"] = {7}; }), "");
+  // Without norm_topk_prob the selected experts keep their share of a softmax over all.
+  std::ofstream(dir / "mlx" / "config.json") << nlohmann::json(good).dump(1);
+  EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_selected);
+  nlohmann::json unnormalised = good;
+  unnormalised["norm_topk_prob"] = false;
+  std::ofstream(dir / "mlx" / "config.json") << unnormalised.dump(1);
+  EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_all);
+  unnormalised.erase("norm_topk_prob");  // Hugging Face's Qwen3MoeConfig default: false
+  std::ofstream(dir / "mlx" / "config.json") << unnormalised.dump(1);
+  EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_all);
+
+  // A Hugging Face checkpoint's per-expert tensors are named as such.
+  std::ofstream(dir / "mlx" / "config.json") << good.dump(1);
+  rename_tensors(dir / "mlx" / "model.safetensors", [](const std::string& name) { return name; },
+                 {{"model.layers.0.mlp.experts.0.gate_proj.weight",
+                   {{"dtype", "F16"}, {"shape", {64, 128}}, {"bytes", 64 * 128 * 2}}}});
+  const std::string error = error_with([](nlohmann::json&) {});
+  EXPECT_NE(error.find("the experts are separate tensors (model.layers.0.mlp.experts.0....); "
+                       "expected mlx-lm's stacked model.layers.0.mlp.switch_mlp."),
+            std::string::npos)
+      << error;
   fs::remove_all(dir);
 }
 

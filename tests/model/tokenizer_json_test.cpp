@@ -293,7 +293,9 @@ TEST_P(TokenizerJsonStrip, MatchesHuggingFaceTokenizers) {
   fs::copy_file(source / "tokenizer_config.json", dir.path / "tokenizer_config.json");
   const std::optional<TokenizerData> data = tokenizer_data_from_hf(dir.path);
   ASSERT_TRUE(data.has_value());
-  ASSERT_EQ(data->added_token_strip.size(), 3u);
+  ASSERT_EQ(std::count_if(data->added_token_rules.begin(), data->added_token_rules.end(),
+                          [](const AddedTokenRule& r) { return r.left || r.right; }),
+            3);
   const Tokenizer tokenizer(*data);
 
   // Whitespace of several kinds and lengths on both sides of each token, tokens back to back.
@@ -340,6 +342,112 @@ TEST_P(TokenizerJsonStrip, MatchesHuggingFaceTokenizers) {
 
 INSTANTIATE_TEST_SUITE_P(Family, TokenizerJsonStrip, ::testing::Values("qwen2", "llama2"),
                          [](const auto& param_info) { return std::string(param_info.param); });
+
+// ---------------------------------------------------------------------------------------
+// Added tokens that match only as whole words (single_word), against the tokenizers library:
+// before and after each, word characters of several kinds (letters, digits, "_", a combining
+// mark, CJK), other characters and the ends of the text; tokens found in the text as given
+// (special, or normalized: false) and in the second pass over the text between them
+// (normalized: true), whose single_word check sees only that text; a match that fails is
+// skipped whole, so a token overlapping it is not found either.
+
+class TokenizerJsonSingleWord : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerJsonSingleWord, MatchesHuggingFaceTokenizers) {
+  const std::string kind = GetParam();
+  const auto [source, problem] = hf_directory(kind);
+  if (problem.starts_with("skip: ")) GTEST_SKIP() << problem;
+  ASSERT_TRUE(problem.empty()) << problem;
+
+  Json root = read_json(source / "tokenizer.json");
+  int64_t next_id = 0;
+  for (const auto& [text, id] : root["model"]["vocab"].items()) next_id = std::max(next_id, id.get<int64_t>() + 1);
+  for (const Json& token : root["added_tokens"]) next_id = std::max(next_id, token["id"].get<int64_t>() + 1);
+  struct Added {
+    std::string content;
+    bool special, single_word, lstrip, rstrip, normalized;
+  };
+  const std::vector<Added> added = {
+      {"zap", false, true, false, false, false},  // first pass
+      {"qux", false, true, false, false, true},   // second pass
+      {"<w>", true, true, false, false, false},   // no word characters of its own
+      {"ab", false, true, true, true, false},     // with the whitespace beside it
+      {"K9", true, false, false, false, false},   // a plain special ending in word characters
+      {"apz", false, false, false, false, false}, // overlaps "zap"
+  };
+  std::vector<std::string> contents;
+  for (const Added& a : added) {
+    // A content already in the vocabulary keeps its id there, as the library gives it.
+    const auto in_vocab = root["model"]["vocab"].find(a.content);
+    const int64_t id = in_vocab != root["model"]["vocab"].end() ? in_vocab->get<int64_t>() : next_id++;
+    root["added_tokens"].push_back({{"id", id},
+                                    {"content", a.content},
+                                    {"special", a.special},
+                                    {"single_word", a.single_word},
+                                    {"lstrip", a.lstrip},
+                                    {"rstrip", a.rstrip},
+                                    {"normalized", a.normalized}});
+    contents.push_back(a.content);
+  }
+  TempDir dir;
+  std::ofstream(dir.path / "tokenizer.json") << root.dump();
+  fs::copy_file(source / "tokenizer_config.json", dir.path / "tokenizer_config.json");
+  const std::optional<TokenizerData> data = tokenizer_data_from_hf(dir.path);
+  ASSERT_TRUE(data.has_value());
+  EXPECT_EQ(std::count_if(data->added_token_rules.begin(), data->added_token_rules.end(),
+                          [](const AddedTokenRule& r) { return r.single_word; }),
+            4);
+  const Tokenizer tokenizer(*data);
+
+  const char* neighbours[] = {"",  " ", "  ", "x", "Z", "9", "_", "-", ".", "\u00e9", "\u4e2d",
+                              "\u0301", "\n", "K9", "<w>", "zap", "\u00a0", "\u0663"};
+  std::vector<std::string> texts = test_texts(contents);
+  for (const char* word : {"zap", "qux", "<w>", "ab"}) {
+    for (const char* before : neighbours) {
+      for (const char* after : neighbours) texts.push_back(cat(before, word, after));
+    }
+  }
+  for (const char* text :
+       {"zapzap", "zap zap", "a zap b", "xzap zapx zap", "zapz", "zapz apz", "1ab2", " ab ",
+        "x  ab  y", "ab", "K9qux", "quxK9", "K9 qux", "K9zap", "K9qux9", "<w><w>", "a<w>b",
+        "qux qux_qux quxqux", "ab ab", "zab ab", "K9ab", "abK9", "xK9", "the zap, the qux."}) {
+    texts.push_back(text);
+  }
+  TempDir work;
+  std::ofstream(work.path / "texts.json") << Json(texts).dump();
+  const std::string run =
+      reference({"encode-hf", dir.path.string(), (work.path / "texts.json").string(),
+                 (work.path / "ids.json").string()},
+                work.path / "log.txt");
+  if (run.starts_with("skip: ")) GTEST_SKIP() << run;
+  ASSERT_TRUE(run.empty()) << run;
+  const Json expected = read_json(work.path / "ids.json");
+  size_t compared = 0, refused = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SCOPED_TRACE(cat(kind, " text ", i, ": '", texts[i], "'"));
+    std::vector<int32_t> ours;
+    try {
+      ours = tokenizer.encode(texts[i], {.add_special = false});
+    } catch (const Error& e) {
+      EXPECT_TRUE(data->nfc) << e.what();  // only text NFC could change is refused
+      ++refused;
+      continue;
+    }
+    EXPECT_EQ(show(ours), show(expected["ids"][i].get<std::vector<int32_t>>()));
+    ++compared;
+  }
+  std::printf("[ %-16s] %zu texts with single-word tokens compared with tokenizers, %zu refused (NFC)\n",
+              kind.c_str(), compared, refused);
+  EXPECT_GT(compared, texts.size() * 9 / 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Family, TokenizerJsonSingleWord,
+                         ::testing::Values("qwen2", "gemma", "metaspace-first"),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // ---------------------------------------------------------------------------------------
 // Unsupported fields: an error naming the file and the field
@@ -390,8 +498,16 @@ TEST(TokenizerJson, UnsupportedFieldsAreNamed) {
       {[](Json& r, Json&) { r["model"]["continuing_subword_prefix"] = "##"; },
        "model.continuing_subword_prefix is \"##\""},
       {[](Json& r, Json&) { r["model"]["dropout"] = 0.1; }, "model.dropout is 0.1"},
-      {[](Json& r, Json&) { r["added_tokens"][0]["single_word"] = true; },
-       "added_tokens[0] ('<|end|>') sets single_word: true"},
+      {[](Json& r, Json&) {
+         r["pre_tokenizer"] = nullptr;
+         r["normalizer"] = {
+             {"type", "Sequence"},
+             {"normalizers",
+              Json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                           {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}};
+         r["added_tokens"].push_back({{"id", 257}, {"content", "ab"}, {"special", false}});
+       },
+       "added_tokens[1] ('ab') is matched after normalisation (normalized: true)"},
       {[](Json& r, Json&) {
          r["pre_tokenizer"] = nullptr;
          r["normalizer"] = {

@@ -11,11 +11,17 @@ the `tokenizers` library builds tokenizer.json from the GGUF vocabulary.
         stores the matrices as mlx-lm does: affine BITS-bit groups of GROUP values, packed
         into u32 words low bits first, with f16 scales and biases; vectors stay f16. GGUF
         q8_0 blocks become q8_32 groups and q4_0 / q4_1 blocks q4_32 groups exactly (the
-        same scale, the offset as the bias); other matrices are requantised. A directory
+        same scale, the offset as the bias); float matrices are quantised, and matrices
+        in other block formats stay f16 (marked unquantised in config.json). A directory
         already converted from the same file by the same scripts is left as it is.
 
 Families: llama (Q and K rows back from llama.cpp's interleaved-RoPE order), qwen2, qwen3,
-gemma2, gemma3 (norm weights back from GGUF's 1 + w to the stored w), phi3. The config.json
+gemma2, gemma3 (norm weights back from GGUF's 1 + w to the stored w), phi3, and the mixtures
+of experts qwen3moe (mlx-lm's qwen3_moe) and llama with experts (mixtral): the router as
+`gate`, the experts stacked [experts, out, in] in `switch_mlp`, as mlx-lm writes them; their
+f32 tensors (norms, routers) stay f32 so that the routing is the GGUF file's, except that
+qBITS_GROUP quantises the routers as mlx-lm does (Qwen3-MoE's at 8 bits in groups of 64, a
+per-layer entry of config.json's quantization; Mixtral's as the other matrices). The config.json
 keys follow the families' Hugging Face configurations: Gemma 3 lists layer_types, Gemma 2
 relies on its default alternation.
 """
@@ -62,11 +68,32 @@ GEMMA_LAYER_NAMES = dict(LAYER_NAMES, **{
 })
 PHI3_LAYER_NAMES = dict(LAYER_NAMES, **{"ffn_up.weight": "mlp.gate_up_proj.weight"})
 
+
+def moe_layer_names(module):
+    """mlx-lm's mixture: the router `gate` and the experts stacked in `switch_mlp`."""
+    return dict(LAYER_NAMES, **{
+        "ffn_gate_inp.weight": f"{module}.gate.weight",
+        "ffn_gate_exps.weight": f"{module}.switch_mlp.gate_proj.weight",
+        "ffn_up_exps.weight": f"{module}.switch_mlp.up_proj.weight",
+        "ffn_down_exps.weight": f"{module}.switch_mlp.down_proj.weight",
+    })
+
+
+QWEN3_MOE_LAYER_NAMES = moe_layer_names("mlp")
+MIXTRAL_LAYER_NAMES = moe_layer_names("block_sparse_moe")
+
+# GGUF architecture -> mlx-lm model_type ("llama" with experts is Mixtral).
 MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-               "gemma3": "gemma3_text", "phi3": "phi3"}
+               "gemma3": "gemma3_text", "phi3": "phi3", "qwen3moe": "qwen3_moe"}
 
 
-def hf_name(name, arch):
+def model_type(fields, arch):
+    if arch == "llama" and int(fields.get("llama.expert_count", 0)) > 0:
+        return "mixtral"
+    return MODEL_TYPES[arch]
+
+
+def hf_name(name, arch, kind):
     fixed = {"token_embd.weight": "model.embed_tokens.weight",
              "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
     if name in fixed:
@@ -75,7 +102,9 @@ def hf_name(name, arch):
     if parts[0] != "blk" or len(parts) != 3:
         raise SystemExit(f"gguf_to_mlx: unexpected tensor {name}")
     table = GEMMA_LAYER_NAMES if arch in ("gemma2", "gemma3") else (
-        PHI3_LAYER_NAMES if arch == "phi3" else LAYER_NAMES)
+        PHI3_LAYER_NAMES if arch == "phi3" else
+        QWEN3_MOE_LAYER_NAMES if kind == "qwen3_moe" else
+        MIXTRAL_LAYER_NAMES if kind == "mixtral" else LAYER_NAMES)
     if parts[2] not in table:
         raise SystemExit(f"gguf_to_mlx: no Hugging Face name for {name} ({arch})")
     return f"model.layers.{parts[1]}.{table[parts[2]]}"
@@ -96,11 +125,13 @@ def make_config(fields, arch, tensors):
     head_dim = int(meta("attention.key_length", hidden // heads))
     layers = int(meta("block_count"))
     vocab = int(meta("vocab_size", len(fields["tokenizer.ggml.tokens"])))
+    kind = model_type(fields, arch)
     config = {
-        "architectures": [{"gemma3": "Gemma3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
+        "architectures": [{"gemma3_text": "Gemma3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
                            "qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                           "phi3": "Phi3ForCausalLM"}.get(arch, "LlamaForCausalLM")],
-        "model_type": MODEL_TYPES[arch],
+                           "phi3": "Phi3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                           "mixtral": "MixtralForCausalLM"}.get(kind, "LlamaForCausalLM")],
+        "model_type": kind,
         "vocab_size": vocab,
         "hidden_size": hidden,
         "intermediate_size": int(meta("feed_forward_length")),
@@ -116,8 +147,19 @@ def make_config(fields, arch, tensors):
     }
     if meta("rope.scaling.type") == "linear":
         config["rope_scaling"] = {"rope_type": "linear", "factor": float(meta("rope.scaling.factor"))}
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3moe"):
         config["attention_bias"] = False
+    if kind == "qwen3_moe":
+        config["num_experts"] = int(meta("expert_count"))
+        config["num_experts_per_tok"] = int(meta("expert_used_count"))
+        config["moe_intermediate_size"] = int(meta("expert_feed_forward_length",
+                                                   meta("feed_forward_length")))
+        config["norm_topk_prob"] = True
+        config["decoder_sparse_step"] = 1
+        config["mlp_only_layers"] = []
+    if kind == "mixtral":
+        config["num_local_experts"] = int(meta("expert_count"))
+        config["num_experts_per_tok"] = int(meta("expert_used_count"))
     if arch in ("gemma2", "gemma3"):
         config["hidden_activation"] = "gelu_pytorch_tanh"
         config["query_pre_attn_scalar"] = head_dim
@@ -186,7 +228,7 @@ def exact_affine(t, bits, group):
     kind = t.tensor_type
     if group != 32 or (kind, bits) not in ((T.Q8_0, 8), (T.Q4_0, 4), (T.Q4_1, 4)):
         return None
-    rows = int(t.shape[1])
+    rows = int(np.prod([int(d) for d in t.shape[1:]]))
     raw = np.asarray(t.data, dtype=np.uint8).reshape(rows, -1)
     block = {T.Q8_0: 34, T.Q4_0: 18, T.Q4_1: 20}[kind]
     blocks = raw.reshape(rows, -1, block)
@@ -305,8 +347,17 @@ def convert(gguf_path, out_dir, dtype="f16"):
         raise SystemExit(f"gguf_to_mlx: architecture {arch} is not converted ({', '.join(MODEL_TYPES)})")
     tensors = {t.name: t for t in reader.tensors}
     config, heads, kv_heads = make_config(fields, arch, tensors)
+    kind = config["model_type"]
+    # A mixture's routing is discrete: the f32 tensors (norms, routers) stay f32, so that no
+    # rounding moves a token near a tie to another expert than the GGUF file chooses; only a
+    # quantised directory's routers are quantised, as mlx-lm quantises them.
+    keep_f32 = kind in ("qwen3_moe", "mixtral")
 
+    FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
+                   gguf.GGMLQuantizationType.BF16)
     arrays = {}
+    unquantized = []
+    layer_formats = {}
     for name, t in tensors.items():
         shape = tuple(int(d) for d in reversed(t.shape))
         values = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
@@ -315,24 +366,45 @@ def convert(gguf_path, out_dir, dtype="f16"):
             permute = heads
         elif arch == "llama" and name.endswith("attn_k.weight"):
             permute = kv_heads
-        module = hf_name(name, arch)
-        if quantization and values.ndim == 2 and values.shape[1] % quantization[1] == 0:
-            parts = exact_affine(t, *quantization) or affine_quantize(values, *quantization)
+        module = hf_name(name, arch, kind)
+        layer_format = quantization
+        router = name.endswith("ffn_gate_inp.weight")
+        if quantization and router and kind == "qwen3_moe":
+            # mlx-lm's quant_predicate for Qwen3-MoE: the router at 8 bits in groups of 64.
+            layer_format = (8, 64)
+            layer_formats[module[:-len(".weight")]] = {"group_size": 64, "bits": 8}
+        f32 = (keep_f32 and t.tensor_type == gguf.GGMLQuantizationType.F32
+               and not (quantization and router))
+        quantize = (layer_format and not f32 and values.ndim in (2, 3)
+                    and values.shape[-1] % layer_format[1] == 0)
+        parts = exact_affine(t, *layer_format) if quantize else None
+        if quantize and parts is None and t.tensor_type not in FLOAT_TYPES:
+            # Requantising quantised values would add a second rounding: the matrix stays
+            # f16, unquantised, as mlx-lm's mixed quantisation marks such a layer.
+            quantize = False
+            unquantized.append(module[:-len(".weight")])
+        if quantize:
+            # Experts [E, out, in] are quantised as E x out rows of `in` values.
+            rows = values.reshape(-1, values.shape[-1])
+            parts = parts or affine_quantize(rows, *layer_format)
             if permute:
                 parts = tuple(unpermute(p, permute) for p in parts)
             q, scales, biases = parts
             base = module[:-len(".weight")]
-            arrays[module] = ("U32", pack(q, quantization[0]))
-            arrays[base + ".scales"] = ("F16", scales)
-            arrays[base + ".biases"] = ("F16", biases)
+            arrays[module] = ("U32", pack(q, layer_format[0]).reshape(*shape[:-1], -1))
+            arrays[base + ".scales"] = ("F16", scales.reshape(*shape[:-1], -1))
+            arrays[base + ".biases"] = ("F16", biases.reshape(*shape[:-1], -1))
             continue
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             values = values - 1.0  # GGUF stores Gemma's 1 + w
         if permute:
             values = unpermute(values, permute)
-        arrays[module] = as_dtype(values, "f16" if quantization else dtype)
+        arrays[module] = as_dtype(values, "f32" if f32 else "f16" if quantization else dtype)
     if quantization:
         config["quantization"] = {"group_size": quantization[1], "bits": quantization[0]}
+        for module in unquantized:
+            config["quantization"][module] = False
+        config["quantization"].update(layer_formats)
         config["quantization_config"] = dict(config["quantization"])
     arrays = dict(sorted(arrays.items()))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), arrays)

@@ -31,12 +31,18 @@ struct PreTokenizerSplit {
   bool invert = false;  ///< the gaps play the part of the matches
 };
 
-/// An added token (tokenizer.json added_tokens) whose match takes in the whitespace beside
-/// it, as Hugging Face tokenizers' lstrip / rstrip do: that whitespace is not tokenized.
-struct AddedTokenStrip {
+/// How an added token (tokenizer.json added_tokens) is found in text, where it differs from
+/// a plain match, as Hugging Face tokenizers' AddedToken flags say.
+struct AddedTokenRule {
   int32_t id = -1;
-  bool left = false;   ///< lstrip: the whitespace before it
-  bool right = false;  ///< rstrip: the whitespace after it
+  bool left = false;   ///< lstrip: the match takes in the whitespace before it (not tokenized)
+  bool right = false;  ///< rstrip: the match takes in the whitespace after it
+  /// single_word: a match counts only with no word character (\w) right before or after it
+  /// in the text searched; a match that fails is skipped, not shortened.
+  bool single_word = false;
+  /// Matched in the normalised text (a non-special token with normalized: true): found in a
+  /// second pass, within the text between the other added tokens' matches.
+  bool normalized = false;
 };
 
 /// A vocabulary as a GGUF file stores it (keys tokenizer.ggml.*), or as read from a
@@ -79,8 +85,8 @@ struct TokenizerData {
   bool space_prefix_if_missing = false;
   bool space_prefix_first_only = false;
   std::string chat_template;
-  /// The special or user-defined tokens that strip whitespace when matched in text.
-  std::vector<AddedTokenStrip> added_token_strip;
+  /// The special or user-defined tokens whose matching has a rule of its own.
+  std::vector<AddedTokenRule> added_token_rules;
 };
 
 /// Token kinds of tokenizer.ggml.token_type (llama.cpp's numbering).

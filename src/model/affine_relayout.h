@@ -1,0 +1,33 @@
+// MLX affine-quantised weights re-laid as a GGUF weight type, for the ops that take only those
+// (matmul_id, which runs a mixture's experts).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "onepass/core/dtype.h"
+#include "onepass/core/tensor.h"
+#include "onepass/model/model_source.h"
+
+namespace onepass::model {
+
+/// A weight in a GGUF weight type, owning its bytes.
+struct RelaidWeight {
+  DType dtype = DType::f16;
+  Shape shape;  // the affine weight's shape with its input features unpacked
+  std::vector<uint8_t> bytes;
+};
+
+/// `t` (affine: packed u32 [..., in / values_per_word], scales and biases [..., in / group])
+/// as [..., in] of one GGUF weight type:
+/// - 4-bit groups: q4_1, each group's scale and bias as its blocks' d and m;
+/// - 8-bit groups whose bias is -128 x scale (symmetric, as q8_0's blocks are): q8_0 with
+///   d = scale and q - 128;
+/// - other 8-bit groups, and scales or biases beyond f16's range: the values scale * q + bias
+///   in f16 (f32 where one exceeds f16's range).
+/// The blocks hold the directory's values exactly when its scales and biases are f16 values
+/// (f16 scales, and bf16 ones in f16's normal range). Throws Error naming the tensor when the
+/// shapes do not fit.
+RelaidWeight relayout_affine(const HostTensor& t);
+
+}  // namespace onepass::model
