@@ -410,22 +410,29 @@ TEST(MlxGemma3, MultimodalLayoutLoadsItsLanguageModel) {
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
 
+// What opening the MLX directory `mlx` says once `edit` is applied to its config.json
+// (`good`, written back edited): the error, or "" when it opens.
+std::string config_error(const fs::path& mlx, const nlohmann::json& good,
+                         const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json config = good;
+  edit(config);
+  std::ofstream(mlx / "config.json") << config.dump(1);
+  try {
+    (void)open_model(mlx);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 TEST(MlxGemma3, ConfigErrorsNameTheKey) {
   const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_gemma3_errors_", ::getpid());
   const std::string made = make_gemma3(dir);
   if (made.starts_with("skip: ")) GTEST_SKIP() << made;
   ASSERT_TRUE(made.empty()) << made;
   const nlohmann::json good = read_config(dir / "mlx");
-  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
-    nlohmann::json config = good;
-    edit(config);
-    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
-    try {
-      (void)open_model(dir / "mlx");
-      return "";
-    } catch (const Error& e) {
-      return e.what();
-    }
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return config_error(dir / "mlx", good, edit);
   };
   EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
@@ -517,16 +524,8 @@ TEST(MlxQwen3Moe, ConfigErrorsNameTheKey) {
   if (made.starts_with("skip: ")) GTEST_SKIP() << made;
   ASSERT_TRUE(made.empty()) << made;
   const nlohmann::json good = read_config(dir / "mlx");
-  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
-    nlohmann::json config = good;
-    edit(config);
-    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
-    try {
-      (void)open_model(dir / "mlx");
-      return "";
-    } catch (const Error& e) {
-      return e.what();
-    }
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return config_error(dir / "mlx", good, edit);
   };
   EXPECT_EQ(error_with([](nlohmann::json&) {}), "");
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
