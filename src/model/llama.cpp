@@ -870,6 +870,12 @@ void LlamaModel::set_step(std::span<const int32_t> tokens) {
   }
 }
 
+void LlamaModel::rewind(int64_t position) {
+  check(position >= 0 && position <= position_, "rewind", "position ", position, " is not in the cache of ",
+        position_, " tokens");
+  position_ = position;
+}
+
 std::span<const float> LlamaModel::prefill(std::span<const int32_t> tokens) {
   check(!tokens.empty(), "model", "prefill of no tokens");
   check(position_ + static_cast<int64_t>(tokens.size()) <= options_.context, "model", "context full: ", position_,

@@ -86,6 +86,8 @@ struct Engine::State {
   std::vector<uint64_t> cancel_requested;  // parallel > 1: running requests to cancel
   bool stopping = false;         // no more submits
   bool drain = true;             // finish the queue before the worker exits
+  /// parallel = 1: the tokens whose keys and values the model's cache holds, in order.
+  std::vector<int32_t> cached;
   EngineStats stats;
   std::thread worker;
 };
@@ -218,11 +220,14 @@ void Engine::shutdown(bool drain) {
 namespace {
 
 // Runs one request to its end on the model; returns its last update. `cancelled` is polled
-// between tokens.
+// between tokens. `cached` (prompt caching, else nullptr) holds the tokens in the model's
+// cache: the request keeps their longest common prefix with its prompt, but for the prompt's
+// last token (which gives the logits), and computes the rest; `cached` then follows every
+// token the request feeds.
 template <typename CancelFlag>
 Update generate(model::LlamaModel& llama, const model::Tokenizer& tokenizer, const Request& request,
                 const UpdateCallback& on_update, CancelFlag cancelled, EngineStats& counted,
-                std::mutex& stats_mutex) {
+                std::mutex& stats_mutex, std::vector<int32_t>* cached) {
   Update last;
   last.done = true;
   last.prompt_tokens = static_cast<int64_t>(request.prompt.size());
@@ -249,12 +254,21 @@ Update generate(model::LlamaModel& llama, const model::Tokenizer& tokenizer, con
   model::Detokenizer detokenizer(tokenizer, {.render_special = false, .strip_space_prefix = false});
   StopMatcher stops(request.stop);
 
-  llama.reset();
-  const std::span<const float> logits = llama.prefill(request.prompt);
+  size_t kept = 0;
+  // The cache is the engine's as it left it only when it holds exactly `cached`.
+  if (cached != nullptr && static_cast<int64_t>(cached->size()) == llama.position() && !request.prompt.empty()) {
+    const size_t limit = std::min(cached->size(), request.prompt.size() - 1);
+    while (kept < limit && (*cached)[kept] == request.prompt[kept]) ++kept;
+  }
+  if (cached != nullptr) cached->clear();  // until the prefill has written the prompt
+  llama.rewind(static_cast<int64_t>(kept));
+  const std::span<const float> logits = llama.prefill(std::span(request.prompt).subspan(kept));
+  if (cached != nullptr) cached->assign(request.prompt.begin(), request.prompt.end());
   int32_t next = sampler.sample(logits);
   {
     std::lock_guard lock(stats_mutex);
     counted.kv_tokens = llama.position();
+    counted.prompt_tokens_cached += kept;
   }
   for (;;) {
     if (cancelled()) {
@@ -278,7 +292,9 @@ Update generate(model::LlamaModel& llama, const model::Tokenizer& tokenizer, con
       last.finish = FinishReason::length;
       break;
     }
-    next = device_greedy ? llama.decode_greedy(next) : sampler.sample(llama.decode(next));
+    const int32_t fed = next;
+    next = device_greedy ? llama.decode_greedy(fed) : sampler.sample(llama.decode(fed));
+    if (cached != nullptr) cached->push_back(fed);
   }
   // The end: whatever the detokenizer and the stop matcher still hold.
   std::string rest = stops.push(detokenizer.flush());
@@ -309,7 +325,8 @@ void Engine::work() {
     };
     Update last;
     try {
-      last = generate(*s.model, *s.tokenizer, job.request, job.on_update, cancelled, s.stats, s.mutex);
+      last = generate(*s.model, *s.tokenizer, job.request, job.on_update, cancelled, s.stats, s.mutex,
+                      s.options.prefix_cache ? &s.cached : nullptr);
     } catch (const std::exception& e) {
       last = Update{};
       last.done = true;

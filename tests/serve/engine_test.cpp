@@ -703,6 +703,61 @@ TEST(EnginePrefixCache, CancellingASharerMidPrefillLeavesTheSharedBlocks) {
   for (int32_t block = 0; block < pool.blocks(); ++block) EXPECT_EQ(pool.references(block), 0) << "block " << block;
 }
 
+// One request at a time: the model's cache keeps the last request's tokens, and the next
+// prompt keeps their longest common prefix (all but its last token when it is the same
+// prompt) and computes the rest, with the text of computing everything.
+TEST(EnginePrefixCache, OneAtATimeKeepsTheCommonPrefixOfTheCache) {
+  TinyModel m(128);
+  const std::vector<int32_t> prefix = tokens_of(7, 40);
+  const std::vector<int32_t> a = joined(prefix, tokens_of(8, 12)), b = joined(prefix, tokens_of(9, 12));
+  Answer want_a, want_b;
+  {
+    Engine off(m.llama, m.tokenizer, sharing(false, 1));
+    want_a = run_one(off, a, 10);
+    want_b = run_one(off, b, 10);
+    EXPECT_EQ(run_one(off, b, 10), want_b);
+    EXPECT_EQ(off.stats().prompt_tokens_cached, 0u);
+  }
+  ASSERT_GE(want_a.completion_tokens, 3);
+  ASSERT_NE(want_a, want_b);
+  Engine on(m.llama, m.tokenizer, sharing(true, 1));
+  EXPECT_EQ(run_one(on, a, 10), want_a);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 0u);
+  EXPECT_EQ(run_one(on, b, 10), want_b);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 40u);
+  EXPECT_EQ(run_one(on, b, 10), want_b);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 40u + 51u);
+}
+
+// A chat's next turn (the last prompt, the answer, a new message) keeps the prompt and the
+// answer's tokens but the last one (never fed to the model); a model run by someone else
+// between requests is not trusted.
+TEST(EnginePrefixCache, OneAtATimeKeepsAnAnswerAndNoticesOtherUse) {
+  TinyModel m(160);
+  const std::vector<int32_t> prompt = tokens_of(10, 20);
+  const std::vector<int32_t> answer = greedy_by_hand(m.llama, m.tokenizer, prompt, 8);
+  ASSERT_EQ(answer.size(), 8u);
+  const std::vector<int32_t> next_turn = joined(joined(prompt, answer), tokens_of(11, 6));
+  Engine on(m.llama, m.tokenizer, sharing(true, 1));
+  run_one(on, prompt, 8);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 0u);
+  const Answer followed = run_one(on, next_turn, 6);
+  EXPECT_GE(followed.completion_tokens, 1);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 20u + 7u);
+  // The model used directly while the engine is idle: its cache holds other tokens.
+  m.llama.reset();
+  (void)m.llama.prefill(tokens_of(12, 5));
+  Answer want;
+  {
+    Engine off(m.llama, m.tokenizer, sharing(false, 1));
+    want = run_one(off, next_turn, 6);
+  }
+  m.llama.reset();
+  (void)m.llama.prefill(tokens_of(12, 5));
+  EXPECT_EQ(run_one(on, next_turn, 6), want);
+  EXPECT_EQ(on.stats().prompt_tokens_cached, 20u + 7u);
+}
+
 TEST(EngineParallel, NeedsAModelWithAPool) {
   TinyModel single;
   EXPECT_THROW(Engine(single.llama, single.tokenizer, EngineOptions{.parallel = 2}), Error);

@@ -208,7 +208,7 @@ class Server {
     metric("preemptions_total", "counter", "Sequences that gave up their KV blocks to be recomputed later.",
            s.preemptions);
     metric("prompt_tokens_cached_total", "counter",
-           "Prompt tokens taken from shared KV blocks instead of being computed (--parallel > 1).",
+           "Prompt tokens taken from the KV cache (earlier requests' tokens) instead of being computed.",
            s.prompt_tokens_cached);
     metric("kv_blocks_cached", "gauge", "KV blocks no request holds, kept for prefix sharing (--parallel > 1).",
            s.kv_blocks_cached);
@@ -579,8 +579,8 @@ Command add_serve_command(CLI::App& parent) {
                   "Requests generating at once (continuous batching; KV memory grows with it: N x --ctx tokens)")
       ->capture_default_str();
   app->add_flag("--no-prefix-cache", args->no_prefix_cache,
-               "With --parallel > 1: compute every prompt in full instead of sharing the KV blocks of a prefix "
-               "another request computed");
+               "Compute every prompt in full instead of keeping the KV cache of a prefix an earlier request "
+               "computed");
   app->add_option("--alias", args->alias, "Model id in the API (default: the file name)");
   return {app, [args] { return run_serve(*args); }};
 }

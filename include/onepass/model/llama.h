@@ -128,6 +128,9 @@ class LlamaModel {
   int64_t position() const { return position_; }
   /// Forgets the conversation (the cache contents are simply overwritten later).
   void reset() { position_ = 0; }
+  /// Keeps the first `position` tokens of the cache (at most position()): the next token
+  /// goes at `position`, later entries are overwritten (prompt caching).
+  void rewind(int64_t position);
 
   /// Appends `tokens` to the cache and returns the logits after the last one; throws Error
   /// when they are not all finite (NaN or Inf weights).

@@ -8,7 +8,8 @@
 // batched forward step holding a decode token of each generating request and chunks of the
 // prompts still being prefilled. A prompt that starts with full KV blocks another sequence
 // computed (running, or finished and still cached) shares those blocks and is prefilled
-// from after them (EngineOptions::prefix_cache).
+// from after them; with parallel = 1 a request keeps the part of the model's cache that
+// starts its prompt (EngineOptions::prefix_cache).
 #pragma once
 
 #include <cstdint>
@@ -78,8 +79,8 @@ struct EngineStats {
   int64_t kv_blocks_used = 0;      // blocks of the paged KV pool held (parallel > 1)
   int64_t kv_blocks_total = 0;
   uint64_t preemptions = 0;        // sequences that gave up their blocks to be recomputed later
-  /// Positions a sequence took from the prefix cache instead of computing them (parallel >
-  /// 1): its prompt's, and after a preemption also those of the text it had generated.
+  /// Positions a sequence took from the prefix cache instead of computing them: its
+  /// prompt's, and after a preemption (parallel > 1) also those of the text it had generated.
   uint64_t prompt_tokens_cached = 0;
   int64_t kv_blocks_cached = 0;    // blocks no sequence holds, kept for prefix sharing
 };
@@ -94,10 +95,13 @@ struct EngineOptions {
   /// mixed into the decode steps of the others, so it does not stall them. More tokens
   /// prefill faster but make those steps longer.
   int64_t prefill_chunk = 64;
-  /// Prefix caching (parallel > 1): the full KV blocks of every sequence are kept by the
+  /// Prefix caching. parallel > 1: the full KV blocks of every sequence are kept by the
   /// hash of the tokens up to their end, and a sequence whose tokens start with such
   /// blocks shares them (read-only) and is prefilled from after them. Blocks no sequence
   /// holds stay cached until the pool needs them (least recently released first).
+  /// parallel = 1: the model's cache keeps the last request's tokens, and the next request
+  /// keeps their longest common prefix with its prompt (a chat's earlier turns) and computes
+  /// the rest (the engine checks that the model still holds as many tokens as it left).
   bool prefix_cache = true;
 };
 
