@@ -90,6 +90,7 @@ KernelTable make_table(Isa isa) {
     }
     if (isa == Isa::avx512_vnni) {
       kernels.dot_int16 = block32_int16_dot(w);
+      if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_int16_dot(w, isa);
       kernels.dot_weight_rows_int16 = block32_int16_dot_weight_rows(w);
       kernels.int16_block_sums = w == DType::q4_1;
     }

@@ -56,6 +56,8 @@ RowKernels kquant_low_row_kernels(DType w, Isa isa);  // q2_k, q3_k (kquant_low.
 // weight types without them.
 DotRowsInt16Fn block32_int16_dot(DType w);
 DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w);
+// The integer row kernels of q6_k for `isa` (kquant_int16.cpp); null for other types and sets.
+DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
 /// (rounded to XInt16 when the weight type has integer row kernels on `isa`), then
