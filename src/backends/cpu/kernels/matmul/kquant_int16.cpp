@@ -1,5 +1,5 @@
 // Integer row kernels of q6_k for x rounded to 16-bit integers per group of 256 values
-// (XInt16): Isa::avx512_vnni (vpdpwssd) and Isa::avx2 (vpmaddwd).
+// (XInt16): Isa::avx512_vnni (vpdpwssd) and Isa::avx2 (vpmaddwd, also on Isa::avx512).
 //
 // A q6_k super-block is 256 values, one XInt16 group: weight j = d · sc[j / 16] · (q_j - 32)
 // with q_j a 6-bit integer and sc a signed byte per 16 values. Each value is decoded to the
@@ -18,6 +18,10 @@ namespace {
 
 constexpr int64_t kQ6KBytes = 210;
 
+// A run of 32 values of a super-block, as a compile-time constant.
+template <int kChunk>
+using Chunk = std::integral_constant<int, kChunk>;
+
 }  // namespace
 }  // namespace onepass::cpu
 
@@ -25,9 +29,6 @@ constexpr int64_t kQ6KBytes = 210;
 ONEPASS_AVX512_VNNI_BEGIN
 namespace onepass::cpu::avx512_vnni {
 namespace {
-
-template <int kChunk>
-using Chunk = std::integral_constant<int, kChunk>;
 
 // The 8 runs of 32 values of the q6_k super-block at b, in value order: f(Chunk<c>, v) with v
 // the 32 words sc · (q - 32) of values [32c, 32c + 32).
@@ -130,6 +131,105 @@ void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int6
 }  // namespace
 }  // namespace onepass::cpu::avx512_vnni
 ONEPASS_AVX512_VNNI_END
+
+ONEPASS_AVX2_BEGIN
+namespace onepass::cpu::avx2 {
+namespace {
+
+// The 16 runs of 16 values of the q6_k super-block at b, in value order: f(run, v) with v
+// the 16 words sc[run] · (q - 32) of values [16 run, 16 run + 16), runs given in pairs
+// (2c, 2c + 1) as compile-time constants.
+template <typename F>
+inline void q6_k_runs(const uint8_t* b, F&& f) {
+  alignas(32) int16_t scales[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(scales),
+                     _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i top2 = _mm256_set1_epi8(0x30);
+  const __m256i bias = _mm256_set1_epi8(32);
+  auto runs = [&](auto chunk, __m256i bytes) {
+    constexpr int c = decltype(chunk)::value;
+    const __m256i q0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(bytes));
+    const __m256i q1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(bytes, 1));
+    f(chunk, _mm256_mullo_epi16(q0, _mm256_set1_epi16(scales[2 * c])),
+      _mm256_mullo_epi16(q1, _mm256_set1_epi16(scales[2 * c + 1])));
+  };
+  auto half = [&](auto h_constant) {
+    constexpr int h = decltype(h_constant)::value;
+    const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+    const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+    const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+    // Value l + 32s of the half: nibble (low0, low1, low0 >> 4, low1 >> 4 for s = 0..3) with
+    // top bits 2s..2s+1 moved to bits 4..5, then - 32.
+    auto assemble = [&](__m256i nibble, __m256i top_bits) {
+      return _mm256_sub_epi8(
+          _mm256_or_si256(_mm256_and_si256(nibble, low4), _mm256_and_si256(top_bits, top2)), bias);
+    };
+    runs(Chunk<4 * h>{}, assemble(low0, _mm256_slli_epi16(top, 4)));
+    runs(Chunk<4 * h + 1>{}, assemble(low1, _mm256_slli_epi16(top, 2)));
+    runs(Chunk<4 * h + 2>{}, assemble(_mm256_srli_epi16(low0, 4), top));
+    runs(Chunk<4 * h + 3>{}, assemble(_mm256_srli_epi16(low1, 4), _mm256_srli_epi16(top, 2)));
+  };
+  half(std::integral_constant<int, 0>{});
+  half(std::integral_constant<int, 1>{});
+}
+
+// As avx512_vnni::q6_k_dot_group with vpmaddwd: each row's two integer sums take the first
+// and the second 16 values of every run of 32 (at most 16 products per lane each).
+template <int M>
+void q6_k_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
+  const int64_t blocks = x.k / 256;
+  __m256 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* wb = w + b * kQ6KBytes;
+    __m256i sum[M][2];
+    for (int i = 0; i < M; ++i) sum[i][0] = sum[i][1] = _mm256_setzero_si256();
+    q6_k_runs(wb, [&](auto chunk, __m256i v0, __m256i v1) {
+      constexpr int c = decltype(chunk)::value;
+      for (int i = 0; i < M; ++i) {
+        const int16_t* xc = x.q + i * x.k + 256 * b + 32 * c;
+        sum[i][0] = _mm256_add_epi32(sum[i][0], _mm256_madd_epi16(v0, _mm256_load_si256(reinterpret_cast<const __m256i*>(xc))));
+        sum[i][1] =
+            _mm256_add_epi32(sum[i][1], _mm256_madd_epi16(v1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xc + 16))));
+      }
+    });
+    const float d = half_at(wb + 208);
+    for (int i = 0; i < M; ++i) {
+      const __m256 total = _mm256_add_ps(_mm256_cvtepi32_ps(sum[i][0]), _mm256_cvtepi32_ps(sum[i][1]));
+      acc[i] = _mm256_fmadd_ps(total, _mm256_set1_ps(d * x.group_scale[i * x.groups + b]), acc[i]);
+    }
+  }
+  for (int i = 0; i < M; ++i) out[i * out_stride] = simd::hsum(acc[i]);
+}
+
+template <int M>
+void q6_k_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
+  if constexpr (M > 1) {
+    if (take < M) return q6_k_dot_take<M - 1>(take, w, x, out, out_stride);
+  }
+  q6_k_dot_group<M>(w, x, out, out_stride);
+}
+
+// DotRowsInt16Fn: groups of up to 2 rows of x share one decode of each super-block (more
+// spill the 16 registers).
+void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
+  constexpr int64_t kMaxRows = 2;
+  const auto* w = static_cast<const uint8_t*>(row);
+  XInt16 rows = x;
+  while (m > 0) {
+    const int64_t take = std::min(m, kMaxRows);
+    q6_k_dot_take<kMaxRows>(take, w, rows, out, out_stride);
+    m -= take;
+    rows.q += take * x.k;
+    rows.group_scale += take * x.groups;
+    out += take * out_stride;
+  }
+}
+
+}  // namespace
+}  // namespace onepass::cpu::avx2
+ONEPASS_AVX2_END
 #endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
@@ -137,6 +237,7 @@ namespace onepass::cpu {
 DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (w == DType::q6_k && isa == Isa::avx512_vnni) return avx512_vnni::q6_k_dot_rows;
+  if (w == DType::q6_k && (isa == Isa::avx2 || isa == Isa::avx512)) return avx2::q6_k_dot_rows;
 #else
   (void)w;
   (void)isa;
