@@ -54,10 +54,17 @@ struct XInt16 {
 };
 inline constexpr int64_t kXInt16Group = 256;
 
-/// Rounds m rows of k values of x (k a multiple of 32) into a per-thread buffer (valid until
-/// the thread's next call), with block sums when `block_sums` is set, using `isa` (any but
-/// Isa::portable; every set gives the same integers and scales).
-XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, Isa isa);
+/// The order of XInt16's integers in each row: value order, or (the avx512_vnni q6_k kernel,
+/// which splits its weight words so) per run of 64 values the 32 of even index, then the 32
+/// of odd index.
+enum class XInt16Order : uint8_t { values, even_odd };
+
+/// Rounds m rows of k values of x (k a multiple of 32; of 64 for even_odd) into a
+/// per-thread buffer (valid until the thread's next call), with block sums when
+/// `block_sums` is set, using `isa` (any but Isa::portable; avx512_vnni for even_odd; every
+/// set gives the same integers and scales).
+XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
+                     Isa isa);
 
 /// out[i * out_stride] = Σ_j x_i[j] · w_row[j] for i < m with x rounded as XInt16 says;
 /// f32 accumulation of exact integer block products.
@@ -79,6 +86,7 @@ struct RowKernels {
   // With one row of x, for several weight rows at once; null where one at a time is as fast.
   DotWeightRowsInt16Fn dot_weight_rows_int16 = nullptr;
   bool int16_block_sums = false;
+  XInt16Order int16_order = XInt16Order::values;
 };
 
 /// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.

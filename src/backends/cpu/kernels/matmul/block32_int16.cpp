@@ -250,7 +250,12 @@ void dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t o
 // Rounds one row of k values: per group, step = largest |x| / 32767 and q = round(x / step).
 // A group with a non-finite value gets a non-finite scale, so the products stay non-finite
 // as the f32 path's would.
-void round_row(const float* x, int64_t k, int16_t* q, float* group_scale, float* block_sum) {
+void round_row(const float* x, int64_t k, int16_t* q, float* group_scale, float* block_sum, XInt16Order order) {
+  // Word j (< 32) of a run of 64 values: its value 2j; word 32 + j: value 2j + 1.
+  alignas(64) static constexpr int16_t kEvenOdd[64] = {
+      0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+      44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23,
+      25, 27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
   for (int64_t g0 = 0, g = 0; g0 < k; g0 += kXInt16Group, ++g) {
     const int64_t g1 = std::min(k, g0 + kXInt16Group);
     __m512 amax = _mm512_setzero_ps();
@@ -264,9 +269,21 @@ void round_row(const float* x, int64_t k, int16_t* q, float* group_scale, float*
     const float largest = _mm512_reduce_max_ps(amax);
     group_scale[g] = finite ? largest / 32767.0f : NAN;
     const __m512 inverse = _mm512_set1_ps(finite && largest > 0.0f ? 32767.0f / largest : 0.0f);
-    for (int64_t j = g0; j < g1; j += 16) {
-      const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), inverse));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q + j), _mm512_cvtsepi32_epi16(r));
+    auto words = [&](int64_t j) {  // values j .. j + 31 as words
+      const __m512i r0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), inverse));
+      const __m512i r1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j + 16), inverse));
+      return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(r0)), _mm512_cvtsepi32_epi16(r1), 1);
+    };
+    if (order == XInt16Order::even_odd) {
+      const __m512i even = _mm512_load_si512(kEvenOdd);
+      const __m512i odd = _mm512_load_si512(kEvenOdd + 32);
+      for (int64_t j = g0; j < g1; j += 64) {
+        const __m512i a = words(j), b = words(j + 32);
+        _mm512_store_si512(q + j, _mm512_permutex2var_epi16(a, even, b));
+        _mm512_store_si512(q + j + 32, _mm512_permutex2var_epi16(a, odd, b));
+      }
+    } else {
+      for (int64_t j = g0; j < g1; j += 32) _mm512_store_si512(q + j, words(j));
     }
     if (block_sum != nullptr) {
       for (int64_t j = g0; j < g1; j += 32) {
@@ -455,8 +472,11 @@ ONEPASS_AVX2_END
 
 namespace onepass::cpu {
 
-XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, Isa isa) {
+XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
+                     Isa isa) {
   check(k % 32 == 0, "cpu", "16-bit x needs rows of whole 32-value blocks, got k = ", k);
+  check(order == XInt16Order::values || (k % 64 == 0 && isa == Isa::avx512_vnni), "cpu",
+        "16-bit x in even / odd order is an avx512_vnni layout of rows of whole 64-value runs, got k = ", k);
   const int64_t row_bytes = x_row_bytes(k);
   auto* base = reinterpret_cast<uint8_t*>(thread_scratch((m * row_bytes + 3) / 4, 1));
   // All q rows first (contiguous, stride k), then all scales, then all block sums.
@@ -471,7 +491,7 @@ XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, boo
 #if ONEPASS_CPU_X86
     float* row_sums = sums != nullptr ? sums + i * (k / 32) : nullptr;
     if (isa == Isa::avx512_vnni) {
-      avx512_vnni::round_row(row, k, q + i * k, scales + i * r.groups, row_sums);
+      avx512_vnni::round_row(row, k, q + i * k, scales + i * r.groups, row_sums, order);
     } else {
       check(isa == Isa::avx2 || isa == Isa::avx512, "cpu", "16-bit x needs an x86-64 SIMD instruction set");
       avx2::round_row(row, k, q + i * k, scales + i * r.groups, row_sums);

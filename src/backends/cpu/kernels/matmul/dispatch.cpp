@@ -93,6 +93,7 @@ KernelTable make_table(Isa isa) {
       if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_int16_dot(w, isa);
       kernels.dot_weight_rows_int16 = block32_int16_dot_weight_rows(w, isa);
       kernels.int16_block_sums = kernels.dot_int16 != nullptr && w == DType::q4_1;
+      if (isa == Isa::avx512_vnni && w == DType::q6_k) kernels.int16_order = XInt16Order::even_odd;
     }
 #else
     (void)isa;

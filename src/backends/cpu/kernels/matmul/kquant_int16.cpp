@@ -30,17 +30,24 @@ ONEPASS_AVX512_VNNI_BEGIN
 namespace onepass::cpu::avx512_vnni {
 namespace {
 
-// The 8 runs of 32 values of the q6_k super-block at b, in value order: f(Chunk<c>, v) with v
-// the 32 words sc · (q - 32) of values [32c, 32c + 32).
+// The 4 runs of 64 values of the q6_k super-block at b, in value order: f(Chunk<u>, even,
+// odd) with `even` the 32 words sc · (q - 32) of the run's values of even index, `odd` those
+// of odd index (x in XInt16Order::even_odd matches them word for word).
 //
 // Per half of 128 values: 64 bytes of low nibbles (byte l: value l low, value l + 64 high)
 // and 32 bytes of top bits (byte l: bits 2s..2s+1 for value l + 32s). The top-bit bytes are
 // read twice over (both 256-bit halves) and shifted per half by a different count, so one
-// 512-bit operation assembles 64 values.
+// 512-bit operation assembles the 64 bytes q - 32 of a run in value order. Their words are
+// split into even and odd bytes by shifts, not by the shuffle unit, which the scales' word
+// permute keeps busy: one permute per run, its 4 sub-blocks' scales each on 8 words.
 template <typename F>
 inline void q6_k_runs(const uint8_t* b, F&& f) {
+  // Word j of a run's `even` and `odd` belongs to the run's sub-block j / 8.
+  alignas(64) static constexpr int16_t kSubBlockOfWord[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
   const __m512i scales =
       _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+  const __m512i sub_block = _mm512_load_si512(kSubBlockOfWord);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i top2 = _mm512_set1_epi8(0x30);
   const __m512i bias = _mm512_set1_epi8(32);
@@ -49,12 +56,12 @@ inline void q6_k_runs(const uint8_t* b, F&& f) {
   // and 2 (the bits shifted in from the neighbouring byte are masked off).
   const __m512i shift_up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i shift_down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-  const __m512i upper_half = _mm512_maskz_set1_epi16(0xFFFF0000u, 1);
-  auto run = [&](auto chunk, __m256i bytes) {
-    constexpr int c = decltype(chunk)::value;
-    // Words 0..15 take sc[2c], words 16..31 sc[2c + 1].
-    const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16(2 * c), upper_half), scales);
-    f(chunk, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(bytes), scale));
+  auto run = [&](auto chunk, __m512i bytes) {
+    constexpr int u = decltype(chunk)::value;
+    const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(sub_block, _mm512_set1_epi16(4 * u)), scales);
+    const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(bytes, 8), 8);
+    const __m512i odd = _mm512_srai_epi16(bytes, 8);
+    f(chunk, _mm512_mullo_epi16(even, scale), _mm512_mullo_epi16(odd, scale));
   };
   auto half = [&](auto h_constant) {
     constexpr int h = decltype(h_constant)::value;
@@ -62,24 +69,22 @@ inline void q6_k_runs(const uint8_t* b, F&& f) {
     const __m512i top =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
     // low | (shifted top & 0x30), then - 32: imm 0xF8 is A | (B & C).
-    const __m512i q01 = _mm512_sub_epi8(
-        _mm512_ternarylogic_epi32(_mm512_and_si512(low, low4), _mm512_sllv_epi16(top, shift_up), top2, 0xF8), bias);
-    const __m512i q23 = _mm512_sub_epi8(
-        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(low, 4), low4), _mm512_srlv_epi16(top, shift_down),
-                                  top2, 0xF8),
-        bias);
-    run(Chunk<4 * h>{}, _mm512_castsi512_si256(q01));
-    run(Chunk<4 * h + 1>{}, _mm512_extracti64x4_epi64(q01, 1));
-    run(Chunk<4 * h + 2>{}, _mm512_castsi512_si256(q23));
-    run(Chunk<4 * h + 3>{}, _mm512_extracti64x4_epi64(q23, 1));
+    run(Chunk<2 * h>{},
+        _mm512_sub_epi8(
+            _mm512_ternarylogic_epi32(_mm512_and_si512(low, low4), _mm512_sllv_epi16(top, shift_up), top2, 0xF8),
+            bias));
+    run(Chunk<2 * h + 1>{},
+        _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(low, 4), low4),
+                                                  _mm512_srlv_epi16(top, shift_down), top2, 0xF8),
+                        bias));
   };
   half(std::integral_constant<int, 0>{});
   half(std::integral_constant<int, 1>{});
 }
 
-// M rows of x with one weight row: each super-block decoded once, its runs dotted with
-// every row into two integer sums per row (alternate runs, so consecutive vpdpwssd do not
-// wait on each other), then d · group scale into the row's f32 sum.
+// M rows of x (in XInt16Order::even_odd) with one weight row: each super-block decoded
+// once, its runs dotted with every row into two integer sums per row (even and odd words),
+// then d · group scale into the row's f32 sum.
 template <int M>
 void q6_k_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
   const int64_t blocks = x.k / 256;
@@ -89,11 +94,12 @@ void q6_k_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_s
     const uint8_t* wb = w + b * kQ6KBytes;
     __m512i sum[M][2];
     for (int i = 0; i < M; ++i) sum[i][0] = sum[i][1] = _mm512_setzero_si512();
-    q6_k_runs(wb, [&](auto chunk, __m512i v) {
-      constexpr int c = decltype(chunk)::value;
+    q6_k_runs(wb, [&](auto chunk, __m512i even, __m512i odd) {
+      constexpr int u = decltype(chunk)::value;
       for (int i = 0; i < M; ++i) {
-        const __m512i xq = _mm512_load_si512(x.q + i * x.k + 256 * b + 32 * c);
-        sum[i][c & 1] = _mm512_dpwssd_epi32(sum[i][c & 1], v, xq);
+        const int16_t* xu = x.q + i * x.k + 256 * b + 64 * u;
+        sum[i][0] = _mm512_dpwssd_epi32(sum[i][0], even, _mm512_load_si512(xu));
+        sum[i][1] = _mm512_dpwssd_epi32(sum[i][1], odd, _mm512_load_si512(xu + 32));
       }
     });
     const float d = half_at(wb + 208);

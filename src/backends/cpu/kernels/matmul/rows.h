@@ -67,7 +67,7 @@ class RowDots {
   RowDots(DType w, Isa isa, const float* x, int64_t x_stride, int64_t m, int64_t k)
       : kernels_(row_kernels(w, isa)), x_(x), x_stride_(x_stride), m_(m), k_(k) {
     if (kernels_.dot_int16 != nullptr) {
-      x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums, isa);
+      x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums, kernels_.int16_order, isa);
     }
   }
   void operator()(const void* w_row, float* out, int64_t out_stride) const {
