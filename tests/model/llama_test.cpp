@@ -417,10 +417,11 @@ TEST_P(LlamaVsReference, PrefillAndDecodeMatchFloat64) {
   const auto tokens = some_tokens(9, seed, static_cast<int>(v.config.vocab_size));
   const auto want = reference_logits(*src, tokens, v.kv_type);
   auto backend = testing::cpu_backend();
-  // The avx512_vnni CPU path rounds x to int16 per 256 values in the q4_0 / q4_1 / q8_0
+  // The SIMD CPU paths round x to int16 per 256 values in the q4_0 / q4_1 / q8_0 / q6_k
   // matrix-vector products (up to 2^-16 of the group's largest |x|): 2e-4 through the layers.
-  const bool int16_x = backend->info().isa == "avx512_vnni" &&
-                       (v.weights == DType::q4_0 || v.weights == DType::q4_1 || v.weights == DType::q8_0);
+  const bool int16_x = backend->info().isa != "portable" &&
+                       (v.weights == DType::q4_0 || v.weights == DType::q4_1 || v.weights == DType::q8_0 ||
+                        v.weights == DType::q6_k);
   const double rtol = int16_x ? std::max(v.rtol, 2e-4) : v.rtol;
   LoadOptions o;
   o.kv_type = v.kv_type;
@@ -1009,9 +1010,9 @@ TEST_F(LlamaMoeFile, GgufMoeModelsMatchTheReference) {
     o.max_batch = 4;
     o.kv_type = DType::f32;
     auto backend = testing::cpu_backend();
-    // The avx512_vnni path rounds x to int16 per 256 values in the dense q8_0 products (as
+    // The SIMD paths round x to int16 per 256 values in the dense q8_0 products (as
     // LlamaVsReference allows).
-    const double rtol = backend->info().isa == "avx512_vnni" ? 2e-4 : 1e-5;
+    const double rtol = backend->info().isa != "portable" ? 2e-4 : 1e-5;
     LlamaModel model(backend, *src, o);
     expect_logits_near(model.prefill(std::span(tokens).first(6)), want[5], rtol, "prefill");
     for (size_t t = 6; t < tokens.size(); ++t) expect_logits_near(model.decode(tokens[t]), want[t], rtol, cat("decode ", t));

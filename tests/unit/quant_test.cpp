@@ -628,7 +628,7 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
         // The integer kernels, with x rounded to int16 per 256 values: each x off by at most
         // half a step (largest |x| of its group / 32767), and the f32 tolerance on top.
         const cpu::XInt16 xi =
-            cpu::round_x_int16(x.data(), x_stride, rows, k, kernels.int16_block_sums);
+            cpu::round_x_int16(x.data(), x_stride, rows, k, kernels.int16_block_sums, kernels.int16_order, isa);
         std::vector<float> out16(static_cast<size_t>(rows * 2), -1.0f);
         kernels.dot_int16(row.data(), xi, rows, out16.data(), 2);
         for (int64_t i = 0; i < rows; ++i) {

@@ -12,10 +12,11 @@ namespace onepass::cpu {
 
 enum class Isa : uint8_t {
   portable,     // plain C++ the compiler may vectorise for the baseline ISA
-  avx2,         // AVX2 + FMA + F16C
-  avx512,       // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats)
-  avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: q4_0, q4_1 and q8_0 matrix-vector
-                // products dot 16-bit integer x with integer weights (XInt16)
+  avx2,         // AVX2 + FMA + F16C: q4_0, q4_1, q8_0 and q6_k matrix-vector products dot
+                // 16-bit integer x with integer weights (XInt16, vpmaddwd)
+  avx512,       // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats;
+                // the integer products are avx2's)
+  avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
 };
 
 /// The widest Isa this CPU supports (checked once).
@@ -53,9 +54,17 @@ struct XInt16 {
 };
 inline constexpr int64_t kXInt16Group = 256;
 
-/// Rounds m rows of k values of x (k a multiple of 32) into a per-thread buffer (valid until
-/// the thread's next call), with block sums when `block_sums` is set.
-XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums);
+/// The order of XInt16's integers in each row: value order, or (the avx512_vnni q6_k kernel,
+/// which splits its weight words so) per run of 64 values the 32 of even index, then the 32
+/// of odd index.
+enum class XInt16Order : uint8_t { values, even_odd };
+
+/// Rounds m rows of k values of x (k a multiple of 32; of 64 for even_odd) into a
+/// per-thread buffer (valid until the thread's next call), with block sums when
+/// `block_sums` is set, using `isa` (any but Isa::portable; avx512_vnni for even_odd; every
+/// set gives the same integers and scales).
+XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
+                     Isa isa);
 
 /// out[i * out_stride] = Σ_j x_i[j] · w_row[j] for i < m with x rounded as XInt16 says;
 /// f32 accumulation of exact integer block products.
@@ -70,12 +79,14 @@ using DotWeightRowsInt16Fn = void (*)(const void* w_rows, int64_t w_row_bytes, i
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
-  // Set where integer x is faster (Isa::avx512_vnni, 32-value block formats): the
-  // matrix-vector kernels then use it in place of `dot`; x needs block sums when set.
+  // Set where integer x is faster (q4_0, q4_1, q8_0 and q6_k on every SIMD set): the
+  // matrix-vector kernels then use it in place of `dot`; x needs block sums when
+  // int16_block_sums is set.
   DotRowsInt16Fn dot_int16 = nullptr;
   // With one row of x, for several weight rows at once; null where one at a time is as fast.
   DotWeightRowsInt16Fn dot_weight_rows_int16 = nullptr;
   bool int16_block_sums = false;
+  XInt16Order int16_order = XInt16Order::values;
 };
 
 /// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.

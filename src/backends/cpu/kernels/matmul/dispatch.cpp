@@ -88,10 +88,12 @@ KernelTable make_table(Isa isa) {
         if (simd.dot != nullptr) kernels = simd;
       }
     }
-    if (isa == Isa::avx512_vnni) {
-      kernels.dot_int16 = block32_int16_dot(w);
-      kernels.dot_weight_rows_int16 = block32_int16_dot_weight_rows(w);
-      kernels.int16_block_sums = w == DType::q4_1;
+    if (isa != Isa::portable) {
+      kernels.dot_int16 = block32_int16_dot(w, isa);
+      if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_int16_dot(w, isa);
+      kernels.dot_weight_rows_int16 = block32_int16_dot_weight_rows(w, isa);
+      kernels.int16_block_sums = kernels.dot_int16 != nullptr && w == DType::q4_1;
+      if (isa == Isa::avx512_vnni && w == DType::q6_k) kernels.int16_order = XInt16Order::even_odd;
     }
 #else
     (void)isa;

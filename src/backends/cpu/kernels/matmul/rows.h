@@ -52,10 +52,12 @@ RowKernels q5_blocks_row_kernels(DType w, Isa isa);   // q5_0, q5_1 (q5_blocks.c
 RowKernels iq4_row_kernels(DType w, Isa isa);         // iq4_nl, iq4_xs (iq4.cpp)
 RowKernels kquant_low_row_kernels(DType w, Isa isa);  // q2_k, q3_k (kquant_low.cpp)
 
-// The integer row kernels of `w` for Isa::avx512_vnni (block32_int16.cpp); null for the
-// weight types without them.
-DotRowsInt16Fn block32_int16_dot(DType w);
-DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w);
+// The integer row kernels (x rounded to XInt16) of `w` for `isa`: q4_0, q4_1 and q8_0
+// (block32_int16.cpp), q6_k (kquant_int16.cpp); null for the other types and for
+// Isa::portable.
+DotRowsInt16Fn block32_int16_dot(DType w, Isa isa);
+DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa);
+DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
 /// (rounded to XInt16 when the weight type has integer row kernels on `isa`), then
@@ -65,7 +67,7 @@ class RowDots {
   RowDots(DType w, Isa isa, const float* x, int64_t x_stride, int64_t m, int64_t k)
       : kernels_(row_kernels(w, isa)), x_(x), x_stride_(x_stride), m_(m), k_(k) {
     if (kernels_.dot_int16 != nullptr) {
-      x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums);
+      x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums, kernels_.int16_order, isa);
     }
   }
   void operator()(const void* w_row, float* out, int64_t out_stride) const {
