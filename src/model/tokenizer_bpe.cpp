@@ -77,14 +77,12 @@ class BpeEncoder final : public TextEncoder {
       for (size_t b = 0; b < 256; ++b) {
         char name[8];
         std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned>(b));
-        const auto it = ids_.find(std::string_view(name));
-        byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+        byte_ids_[b] = ids_.find(std::string_view(name));
       }
     } else {
       const auto& byte_text = unicode::byte_to_unicode();
       for (size_t b = 0; b < 256; ++b) {
-        const auto it = ids_.find(byte_text[b]);
-        byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+        byte_ids_[b] = ids_.find(byte_text[b]);
       }
     }
     unk_id_ = vocab.data.unk_id;
@@ -110,14 +108,13 @@ class BpeEncoder final : public TextEncoder {
         right = std::string_view(merge).substr(space + 1);
       }
       joined.assign(left).append(right);
-      const auto left_it = ids_.find(left), right_it = ids_.find(right);
-      const auto result_it = ids_.find(joined);
+      const int32_t left_id = ids_.find(left), right_id = ids_.find(right);
+      const int32_t result_id = ids_.find(joined);
       // A merge whose parts or result are not tokens can never produce a token; skipping it
       // keeps files with such leftovers loadable.
-      if (left_it == ids_.end() || right_it == ids_.end() || result_it == ids_.end()) continue;
+      if (left_id < 0 || right_id < 0 || result_id < 0) continue;
       // The first (lowest-rank) occurrence of a pair wins.
-      merges_.try_emplace(pair_key(left_it->second, right_it->second),
-                          MergeInfo{static_cast<int32_t>(rank), result_it->second});
+      merges_.try_emplace(pair_key(left_id, right_id), MergeInfo{static_cast<int32_t>(rank), result_id});
     }
   }
 
@@ -133,10 +130,9 @@ class BpeEncoder final : public TextEncoder {
     Scratch scratch;
     for (const std::string_view piece : pieces) {
       if (ignore_merges_) {
-        const auto it =
-            char_level_ ? ids_.find(piece) : ids_.find(unicode::bytes_to_byte_level(piece));
-        if (it != ids_.end()) {
-          out.push_back(it->second);
+        const int32_t id = char_level_ ? ids_.find(piece) : ids_.find(unicode::bytes_to_byte_level(piece));
+        if (id >= 0) {
+          out.push_back(id);
           continue;
         }
       }
@@ -285,8 +281,8 @@ class BpeEncoder final : public TextEncoder {
           std::max<size_t>(1, unicode::utf8_sequence_length(static_cast<uint8_t>(piece[pos]))));
       const std::string_view character = piece.substr(pos, length);
       pos += length;
-      if (const auto it = ids_.find(character); it != ids_.end()) {
-        add_symbol(it->second);
+      if (const int32_t id = ids_.find(character); id >= 0) {
+        add_symbol(id);
         previous_unknown = false;
         continue;
       }
