@@ -454,6 +454,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
     buffers->expert_scratch = b.alloc(ops::matmul_id_scratch_bytes(batch, c.experts_used, c.experts));
   }
   buffers_ = std::move(buffers);
+  source.release_all();  // every weight is on the backend now
   logits_.resize(static_cast<size_t>(c.vocab_size));
   if (options_.sequences > 0) allocate_pool();
 }
