@@ -121,7 +121,8 @@ int run_generate(const GenerateArgs& args) {
   const double load_start = now_seconds();
   model::LoadOptions load;
   load.context = context;
-  load.max_batch = args.batch;
+  // The prompt is the only prefill: activations for more rows would never be used.
+  load.max_batch = std::min<int64_t>(args.batch, prompt_tokens);
   load.progress = [&](double fraction, const std::string& name) {
     progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
   };
