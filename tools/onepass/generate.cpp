@@ -143,6 +143,7 @@ int run_generate(const GenerateArgs& args) {
   sampler.remember(prompt);
   const double prefill_start = now_seconds();
   const std::span<const float> logits = llama.prefill(prompt);
+  llama.release_prefill_graphs();  // the prompt was the only one
   const double prefill_seconds = now_seconds() - prefill_start;
 
   // Continuing the prompt: keep the space before the first generated word.

@@ -185,6 +185,9 @@ class LlamaModel {
   const CapturedGraph* decode_graph() const { return decode_graph_.get(); }
   /// Prefill chunk lengths with a recorded graph kept for replay (at most 4).
   size_t prefill_graphs() const { return prefill_graphs_.size(); }
+  /// Drops the recorded prefill graphs, for a caller with no more prompts to prefill (a
+  /// later prefill records again).
+  void release_prefill_graphs() { prefill_graphs_.clear(); }
   /// Host time of the last decode step from writing its inputs to the launch returning.
   uint64_t last_step_host_ns() const { return last_step_host_ns_; }
   /// Dispatches of one decode step (after fusion).
