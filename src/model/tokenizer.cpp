@@ -141,6 +141,7 @@ struct Tokenizer::Impl {
     encoder = data.model == "llama" ? tokenizer_detail::make_spm_encoder(view)
                                     : tokenizer_detail::make_bpe_encoder(view);
     std::vector<std::string>().swap(data.merges);  // the encoder holds them as id pairs
+    std::vector<int32_t>().swap(data.token_types);  // `types` holds them
   }
 
   int32_t vocab_size() const { return static_cast<int32_t>(data.tokens.size()); }
