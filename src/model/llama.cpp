@@ -974,7 +974,7 @@ std::vector<int32_t> LlamaModel::decode_greedy_run(int32_t token, int64_t count)
     for (int64_t i = 0; i < count; ++i) out.push_back(token = decode_greedy(token));
     return out;
   }
-  const int64_t per_graph = options_.fed_steps_per_graph > 0 ? options_.fed_steps_per_graph
+  const int64_t per_graph = options_.fed_steps_per_graph > 0       ? options_.fed_steps_per_graph
                             : backend_->kind() == BackendKind::cpu ? 1
                                                                    : kFedStepsPerGraph;
   const int64_t later = count - 1;

@@ -517,7 +517,8 @@ class MlxSource final : public ModelSource {
     }
   }
   void release_all() const override {
-    for (const TensorInfo& t : model_.tensors()) MappedFile::release_pages_touching(t.data, t.bytes);
+    for (const TensorInfo& t : model_.tensors())
+      MappedFile::release_pages_touching(t.data, t.bytes);
   }
 
  private:

@@ -96,7 +96,8 @@ namespace {
 
 // Advice only: a failure leaves the pages resident, which is still correct.
 void dont_need(uintptr_t first, uintptr_t end) noexcept {
-  if (first != 0 && end > first) (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  if (first != 0 && end > first)
+    (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
 }
 
 uintptr_t page_size() noexcept {
@@ -110,7 +111,8 @@ void MappedFile::release_pages(const void* begin, size_t bytes) noexcept {
   const uintptr_t page = page_size();
   const auto start = reinterpret_cast<uintptr_t>(begin);
   if (begin == nullptr) return;
-  dont_need((start + page - 1) / page * page, (start + bytes) / page * page);  // pages wholly inside
+  // The pages wholly inside the range: the ones at its ends may hold another tensor's bytes.
+  dont_need((start + page - 1) / page * page, (start + bytes) / page * page);
 }
 
 void MappedFile::release_pages_touching(const void* begin, size_t bytes) noexcept {

@@ -28,7 +28,9 @@ TokenMap::TokenMap(const std::vector<std::string>& tokens) : tokens_(&tokens) {
         slot = {static_cast<uint32_t>(hash), static_cast<int32_t>(id)};
         break;
       }
-      if (slot.hash == static_cast<uint32_t>(hash) && tokens[static_cast<size_t>(slot.id)] == tokens[id]) break;
+      if (slot.hash == static_cast<uint32_t>(hash) &&
+          tokens[static_cast<size_t>(slot.id)] == tokens[id])
+        break;
     }
   }
 }
@@ -40,7 +42,9 @@ int32_t TokenMap::find(std::string_view text) const {
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& slot = slots_[i];
     if (slot.id < 0) return -1;
-    if (slot.hash == static_cast<uint32_t>(hash) && (*tokens_)[static_cast<size_t>(slot.id)] == text) return slot.id;
+    if (slot.hash == static_cast<uint32_t>(hash) &&
+        (*tokens_)[static_cast<size_t>(slot.id)] == text)
+      return slot.id;
   }
 }
 
@@ -201,7 +205,8 @@ struct Tokenizer::Impl {
       }
       types[i] = type;
       piece_bytes += text_piece(text, type);
-      check(piece_bytes.size() <= UINT32_MAX, kWhere, "the vocabulary's text passes 4 GiB at token ", i);
+      check(piece_bytes.size() <= UINT32_MAX, kWhere,
+            "the vocabulary's text passes 4 GiB at token ", i);
       piece_ends[i] = static_cast<uint32_t>(piece_bytes.size());
     }
     piece_bytes.shrink_to_fit();

@@ -90,7 +90,9 @@ class MergeTable {
     MergeInfo info;
   };
   // Fibonacci hashing: the top bits of key * 2^64 / phi.
-  size_t home(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  size_t home(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
   int shift_ = 60;
   std::vector<Slot> slots_;
 };
@@ -170,7 +172,8 @@ class BpeEncoder final : public TextEncoder {
     Scratch scratch;
     for (const std::string_view piece : pieces) {
       if (ignore_merges_) {
-        const int32_t id = char_level_ ? ids_.find(piece) : ids_.find(unicode::bytes_to_byte_level(piece));
+        const int32_t id =
+            char_level_ ? ids_.find(piece) : ids_.find(unicode::bytes_to_byte_level(piece));
         if (id >= 0) {
           out.push_back(id);
           continue;

@@ -138,8 +138,8 @@ TEST_F(ResourcesTest, CpuGeneratePeaksNearTheModelSize) {
   const auto file = static_cast<double>(fs::file_size(model));
   constexpr double kSpread = 2.0 * (1 << 20);
   EXPECT_LE(static_cast<double>(peak), 1.2 * file + kSpread)
-      << "peak resident set " << peak << " bytes (" << static_cast<double>(peak) / file << "x) for a "
-      << file << "-byte model";
+      << "peak resident set " << peak << " bytes (" << static_cast<double>(peak) / file
+      << "x) for a " << file << "-byte model";
 }
 
 // The CUDA libraries a process loaded, as the dynamic loader reports them (LD_DEBUG=libs

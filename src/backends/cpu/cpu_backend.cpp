@@ -68,7 +68,8 @@ uint64_t touched_bytes(const Dispatch& d) {
   return bytes;
 }
 
-void cut_into_tasks(const Dispatch& d, const Launch* launch, int threads, std::vector<Task>& tasks) {
+void cut_into_tasks(const Dispatch& d, const Launch* launch, int threads,
+                    std::vector<Task>& tasks) {
   const uint64_t blocks = d.dims.grid.count();
   if (threads <= 1 || touched_bytes(d) < kCpuOneThreadBytes) {
     tasks.push_back({launch, 0, blocks});
@@ -76,7 +77,8 @@ void cut_into_tasks(const Dispatch& d, const Launch* launch, int threads, std::v
   }
   if (prepares_input_per_call(d.kernel->cpu)) {
     const uint64_t runs = std::min<uint64_t>(blocks, static_cast<uint64_t>(threads));
-    for (uint64_t i = 0; i < runs; ++i) tasks.push_back({launch, blocks * i / runs, blocks * (i + 1) / runs});
+    for (uint64_t i = 0; i < runs; ++i)
+      tasks.push_back({launch, blocks * i / runs, blocks * (i + 1) / runs});
     return;
   }
   const uint64_t share = kCpuTasksPerThread * static_cast<uint64_t>(threads);
@@ -101,16 +103,18 @@ struct Plan {
   std::vector<std::pair<uint32_t, uint32_t>> item_tasks;  // each item's range in `tasks`
   std::vector<Task> tasks;  // level by level; within a level, later dispatches first
   std::vector<Level> levels;
-  std::vector<Launch> launches;   // one per item, in `items` order
-  std::vector<std::byte> args;    // the launches' argument structs, each at a multiple of 16
+  std::vector<Launch> launches;  // one per item, in `items` order
+  std::vector<std::byte> args;   // the launches' argument structs, each at a multiple of 16
 
   Plan(const std::vector<Item>& all, size_t first, size_t end, bool dataflow, int threads) {
     if (first >= end) return;
     // Sized once: tasks and launches point into these.
     constexpr size_t kArgAlign = 16;
-    static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= kArgAlign, "args.data() must be 16-byte aligned");
+    static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= kArgAlign,
+                  "args.data() must be 16-byte aligned");
     size_t arg_bytes = 0;
-    for (size_t i = first; i < end; ++i) arg_bytes += (all[i].dispatch.args_size + kArgAlign - 1) / kArgAlign * kArgAlign;
+    for (size_t i = first; i < end; ++i)
+      arg_bytes += (all[i].dispatch.args_size + kArgAlign - 1) / kArgAlign * kArgAlign;
     args.resize(arg_bytes);
     launches.reserve(end - first);
     std::vector<uint32_t> level(end - first, 0);

@@ -28,7 +28,8 @@ HugePageArena::~HugePageArena() {
 void* HugePageArena::allocate(size_t bytes) {
   const size_t size = round_up(bytes, alignment_);
   if (regions_.empty() || regions_.back().size - regions_.back().used < size) {
-    if (!regions_.empty()) return_unused_tail(regions_.back().base, regions_.back().used, regions_.back().size);
+    if (!regions_.empty())
+      return_unused_tail(regions_.back().base, regions_.back().used, regions_.back().size);
     const size_t region_bytes = std::max(kRegionBytes, round_up(size, kHugePage));
     auto* base = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, region_bytes));
     if (base == nullptr) return nullptr;
