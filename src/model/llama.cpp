@@ -461,6 +461,7 @@ void LlamaModel::load_weights(const ModelSource& source) {
     buffers->expert_scratch = b.alloc(ops::matmul_id_scratch_bytes(batch, c.experts_used, c.experts));
   }
   buffers_ = std::move(buffers);
+  source.release_all();  // every weight is on the backend now
   logits_.resize(static_cast<size_t>(c.vocab_size));
   if (options_.sequences > 0) allocate_pool();
 }
@@ -973,6 +974,10 @@ int32_t LlamaModel::decode_greedy(int32_t token) {
   return next;
 }
 
+// Fed decode steps per recorded graph where the backend has not been told
+// (LoadOptions::fed_steps_per_graph 0) and a launch boundary costs: CUDA.
+constexpr int64_t kFedStepsPerGraph = 8;
+
 std::vector<int32_t> LlamaModel::decode_greedy_run(int32_t token, int64_t count) {
   check(count >= 0, "model", "decode_greedy_run of ", count, " tokens");
   check(position_ + count <= options_.context, "model", "context full: ", position_, " + ", count,
@@ -982,7 +987,9 @@ std::vector<int32_t> LlamaModel::decode_greedy_run(int32_t token, int64_t count)
     for (int64_t i = 0; i < count; ++i) out.push_back(token = decode_greedy(token));
     return out;
   }
-  const int64_t per_graph = std::max<int64_t>(1, options_.fed_steps_per_graph);
+  const int64_t per_graph = options_.fed_steps_per_graph > 0       ? options_.fed_steps_per_graph
+                            : backend_->kind() == BackendKind::cpu ? 1
+                                                                   : kFedStepsPerGraph;
   const int64_t later = count - 1;
   const int64_t multi = per_graph > 1 ? later / per_graph : 0;
   auto record = [&](int64_t steps) {

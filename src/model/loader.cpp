@@ -122,6 +122,9 @@ class GgufSource final : public ModelSource {
   void release(const HostTensor& tensor) const override {
     MappedFile::release_pages(tensor.data, tensor.bytes);
   }
+  void release_all() const override {
+    for (const TensorInfo& t : file_.tensors()) MappedFile::release_pages_touching(t.data, t.bytes);
+  }
 
  private:
   GgufFile file_;
@@ -532,6 +535,10 @@ class MlxSource final : public ModelSource {
         if (p == begin) MappedFile::release_pages(t.data, t.bytes);
       }
     }
+  }
+  void release_all() const override {
+    for (const TensorInfo& t : model_.tensors())
+      MappedFile::release_pages_touching(t.data, t.bytes);
   }
 
  private:

@@ -92,15 +92,35 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-void MappedFile::release_pages(const void* begin, size_t bytes) noexcept {
-  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto start = reinterpret_cast<uintptr_t>(begin);
-  const uintptr_t first = (start + page - 1) / page * page;  // pages wholly inside the range
-  const uintptr_t end = (start + bytes) / page * page;
-  // Advice only: a failure leaves the pages resident, which is still correct.
-  if (begin != nullptr && end > first) {
+namespace {
+
+// Advice only: a failure leaves the pages resident, which is still correct.
+void dont_need(uintptr_t first, uintptr_t end) noexcept {
+  if (first != 0 && end > first)
     (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
-  }
+}
+
+uintptr_t page_size() noexcept {
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+}  // namespace
+
+void MappedFile::release_pages(const void* begin, size_t bytes) noexcept {
+  const uintptr_t page = page_size();
+  const auto start = reinterpret_cast<uintptr_t>(begin);
+  if (begin == nullptr) return;
+  // The pages wholly inside the range: the ones at its ends may hold another tensor's bytes.
+  dont_need((start + page - 1) / page * page, (start + bytes) / page * page);
+}
+
+void MappedFile::release_pages_touching(const void* begin, size_t bytes) noexcept {
+  const uintptr_t page = page_size();
+  const auto start = reinterpret_cast<uintptr_t>(begin);
+  if (begin == nullptr || bytes == 0) return;
+  // The mapping starts on a page and its last page is mapped whole, so this stays inside it.
+  dont_need(start / page * page, (start + bytes + page - 1) / page * page);
 }
 
 void MappedFile::release() noexcept {

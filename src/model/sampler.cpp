@@ -88,9 +88,9 @@ ops::SampleParams Sampler::device_params() const {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   check(!logits.empty(), "sampler", "empty logits");
-  std::vector<float> penalised_logits;
   if (options_.penalizes() && !recent_.empty()) {
     // Each distinct recent token is penalised once, by its count in the window.
+    std::vector<float>& penalised_logits = penalised_logits_;
     penalised_logits.assign(logits.begin(), logits.end());
     penalties(penalised_);
     const ops::SampleParams params = device_params();

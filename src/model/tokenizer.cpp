@@ -15,6 +15,39 @@ using tokenizer_detail::TokenMap;
 
 namespace tokenizer_detail {
 
+TokenMap::TokenMap(const std::vector<std::string>& tokens) : tokens_(&tokens) {
+  size_t capacity = 16;
+  while (capacity / 4 * 3 < tokens.size()) capacity *= 2;
+  slots_.assign(capacity, Slot{0, -1});
+  const size_t mask = capacity - 1;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const size_t hash = std::hash<std::string_view>{}(tokens[id]);
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+      Slot& slot = slots_[i];
+      if (slot.id < 0) {
+        slot = {static_cast<uint32_t>(hash), static_cast<int32_t>(id)};
+        break;
+      }
+      if (slot.hash == static_cast<uint32_t>(hash) &&
+          tokens[static_cast<size_t>(slot.id)] == tokens[id])
+        break;
+    }
+  }
+}
+
+int32_t TokenMap::find(std::string_view text) const {
+  if (slots_.empty()) return -1;
+  const size_t hash = std::hash<std::string_view>{}(text);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& slot = slots_[i];
+    if (slot.id < 0) return -1;
+    if (slot.hash == static_cast<uint32_t>(hash) &&
+        (*tokens_)[static_cast<size_t>(slot.id)] == text)
+      return slot.id;
+  }
+}
+
 int parse_byte_token(std::string_view text) {
   if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
   auto hex = [](char c) {
@@ -115,7 +148,10 @@ struct Tokenizer::Impl {
   bool byte_level = false;  // "gpt2" vs "llama"
   TokenMap ids;
   std::vector<TokenType> types;
-  std::vector<std::string> pieces;  // bytes each token decodes to (text tokens)
+  // The bytes each token decodes to (text tokens): token i's are
+  // piece_bytes[piece_ends[i - 1], piece_ends[i]), one buffer rather than a string each.
+  std::string piece_bytes;
+  std::vector<uint32_t> piece_ends;
   // Specials that start with each byte, longest first, for leftmost-longest matching.
   std::array<std::vector<SpecialToken>, 256> specials_by_first_byte;
   std::unique_ptr<tokenizer_detail::TextEncoder> encoder;
@@ -130,6 +166,7 @@ struct Tokenizer::Impl {
     encoder = data.model == "llama" ? tokenizer_detail::make_spm_encoder(view)
                                     : tokenizer_detail::make_bpe_encoder(view);
     std::vector<std::string>().swap(data.merges);  // the encoder holds them as id pairs
+    std::vector<int32_t>().swap(data.token_types);  // `types` holds them
   }
 
   int32_t vocab_size() const { return static_cast<int32_t>(data.tokens.size()); }
@@ -174,13 +211,12 @@ struct Tokenizer::Impl {
 
   void build_tables() {
     const size_t n = data.tokens.size();
-    ids.reserve(n);
+    // Duplicates: the first id keeps the text, so encoding is stable.
+    ids = TokenMap(data.tokens);
     types.resize(n);
-    pieces.resize(n);
+    piece_ends.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const std::string& text = data.tokens[i];
-      // Duplicates: the first id keeps the text, so encoding is stable.
-      ids.try_emplace(text, static_cast<int32_t>(i));
       TokenType type = TokenType::kNormal;
       if (!data.token_types.empty()) {
         type = static_cast<TokenType>(data.token_types[i]);
@@ -188,8 +224,12 @@ struct Tokenizer::Impl {
         type = TokenType::kByte;
       }
       types[i] = type;
-      pieces[i] = text_piece(text, type);
+      piece_bytes += text_piece(text, type);
+      check(piece_bytes.size() <= UINT32_MAX, kWhere,
+            "the vocabulary's text passes 4 GiB at token ", i);
+      piece_ends[i] = static_cast<uint32_t>(piece_bytes.size());
     }
+    piece_bytes.shrink_to_fit();
 
     for (size_t i = 0; i < n; ++i) {
       const TokenType type = types[i];
@@ -198,7 +238,7 @@ struct Tokenizer::Impl {
       const std::string_view text = data.tokens[i];
       // A special must be non-empty valid UTF-8 to be found at a character boundary.
       if (!special || text.empty() || unicode::find_invalid_utf8(text) != text.size()) continue;
-      if (ids.find(text)->second != static_cast<int32_t>(i)) continue;
+      if (ids.find(text) != static_cast<int32_t>(i)) continue;
       specials_by_first_byte[static_cast<uint8_t>(text[0])].push_back(
           {text, static_cast<int32_t>(i), type != TokenType::kUserDefined});
     }
@@ -223,10 +263,8 @@ struct Tokenizer::Impl {
     eot = data.eot_id;
     for (const std::string_view name : kEndOfTurnNames) {
       if (eot) break;
-      const auto it = ids.find(name);
-      if (it != ids.end() && types[static_cast<size_t>(it->second)] == TokenType::kControl) {
-        eot = it->second;
-      }
+      const int32_t id = ids.find(name);
+      if (id >= 0 && types[static_cast<size_t>(id)] == TokenType::kControl) eot = id;
     }
     auto add_end = [&](int32_t id) {
       if (id >= 0 && std::find(end_of_generation.begin(), end_of_generation.end(), id) ==
@@ -237,10 +275,8 @@ struct Tokenizer::Impl {
     add_end(data.eos_id);
     if (eot) add_end(*eot);
     for (const std::string_view name : kEndOfGenerationNames) {
-      const auto it = ids.find(name);
-      if (it != ids.end() && types[static_cast<size_t>(it->second)] == TokenType::kControl) {
-        add_end(it->second);
-      }
+      const int32_t id = ids.find(name);
+      if (id >= 0 && types[static_cast<size_t>(id)] == TokenType::kControl) add_end(id);
     }
   }
 
@@ -271,6 +307,11 @@ struct Tokenizer::Impl {
       default:
         return text;
     }
+  }
+
+  std::string_view stored_piece(size_t index) const {
+    const size_t begin = index == 0 ? 0 : piece_ends[index - 1];
+    return std::string_view(piece_bytes).substr(begin, piece_ends[index] - begin);
   }
 
   // The longest added token of this pass that text[pos, hi) starts with.
@@ -328,15 +369,15 @@ struct Tokenizer::Impl {
       case TokenType::kControl:
       case TokenType::kUnused:
         *special = true;
-        return render_special ? std::string_view(pieces[index]) : std::string_view();
+        return render_special ? stored_piece(index) : std::string_view();
       case TokenType::kUnknown:
         *special = true;
-        return render_special ? std::string_view(pieces[index]) : kReplacement;
+        return render_special ? stored_piece(index) : kReplacement;
       case TokenType::kUserDefined:
         *special = true;
-        return pieces[index];
+        return stored_piece(index);
       default:
-        return pieces[index];
+        return stored_piece(index);
     }
   }
 };
@@ -427,9 +468,9 @@ std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
 }
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
-  const auto it = impl_->ids.find(text);
-  if (it == impl_->ids.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = impl_->ids.find(text);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 int32_t Tokenizer::vocab_size() const {

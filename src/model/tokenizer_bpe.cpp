@@ -55,6 +55,48 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
+// Merges by pair_key: open addressing over 16-byte slots, at most 3/4 full (a node-based
+// map costs ~32 bytes a merge plus its buckets; Llama 3 has 280k merges).
+class MergeTable {
+ public:
+  /// Room for `count` pairs.
+  void reserve(size_t count) {
+    shift_ = 60;  // 16 slots
+    while ((size_t{1} << (64 - shift_)) / 4 * 3 < count) --shift_;
+    slots_.assign(size_t{1} << (64 - shift_), Slot{kEmpty, {}});
+  }
+  /// Adds the pair unless it is there already (the first, lowest-rank occurrence wins).
+  void insert(uint64_t key, MergeInfo info) {
+    for (size_t i = home(key);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return;
+      if (slots_[i].key == kEmpty) {
+        slots_[i] = {key, info};
+        return;
+      }
+    }
+  }
+  const MergeInfo* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = home(key);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return &slots_[i].info;
+      if (slots_[i].key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are >= 0: no pair has this key
+  struct Slot {
+    uint64_t key;
+    MergeInfo info;
+  };
+  // Fibonacci hashing: the top bits of key * 2^64 / phi.
+  size_t home(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  int shift_ = 60;
+  std::vector<Slot> slots_;
+};
+
 class BpeEncoder final : public TextEncoder {
  public:
   explicit BpeEncoder(const VocabView& vocab)
@@ -77,14 +119,12 @@ class BpeEncoder final : public TextEncoder {
       for (size_t b = 0; b < 256; ++b) {
         char name[8];
         std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned>(b));
-        const auto it = ids_.find(std::string_view(name));
-        byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+        byte_ids_[b] = ids_.find(std::string_view(name));
       }
     } else {
       const auto& byte_text = unicode::byte_to_unicode();
       for (size_t b = 0; b < 256; ++b) {
-        const auto it = ids_.find(byte_text[b]);
-        byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+        byte_ids_[b] = ids_.find(byte_text[b]);
       }
     }
     unk_id_ = vocab.data.unk_id;
@@ -110,14 +150,13 @@ class BpeEncoder final : public TextEncoder {
         right = std::string_view(merge).substr(space + 1);
       }
       joined.assign(left).append(right);
-      const auto left_it = ids_.find(left), right_it = ids_.find(right);
-      const auto result_it = ids_.find(joined);
+      const int32_t left_id = ids_.find(left), right_id = ids_.find(right);
+      const int32_t result_id = ids_.find(joined);
       // A merge whose parts or result are not tokens can never produce a token; skipping it
       // keeps files with such leftovers loadable.
-      if (left_it == ids_.end() || right_it == ids_.end() || result_it == ids_.end()) continue;
+      if (left_id < 0 || right_id < 0 || result_id < 0) continue;
       // The first (lowest-rank) occurrence of a pair wins.
-      merges_.try_emplace(pair_key(left_it->second, right_it->second),
-                          MergeInfo{static_cast<int32_t>(rank), result_it->second});
+      merges_.insert(pair_key(left_id, right_id), MergeInfo{static_cast<int32_t>(rank), result_id});
     }
   }
 
@@ -133,10 +172,10 @@ class BpeEncoder final : public TextEncoder {
     Scratch scratch;
     for (const std::string_view piece : pieces) {
       if (ignore_merges_) {
-        const auto it =
+        const int32_t id =
             char_level_ ? ids_.find(piece) : ids_.find(unicode::bytes_to_byte_level(piece));
-        if (it != ids_.end()) {
-          out.push_back(it->second);
+        if (id >= 0) {
+          out.push_back(id);
           continue;
         }
       }
@@ -218,9 +257,9 @@ class BpeEncoder final : public TextEncoder {
     const Symbol& a = scratch.symbols[static_cast<size_t>(left)];
     if (a.next < 0) return;
     const Symbol& b = scratch.symbols[static_cast<size_t>(a.next)];
-    const auto it = merges_.find(pair_key(a.id, b.id));
-    if (it == merges_.end()) return;
-    scratch.heap.push_back({it->second.rank, left, a.id, b.id, it->second.result});
+    const MergeInfo* merge = merges_.find(pair_key(a.id, b.id));
+    if (merge == nullptr) return;
+    scratch.heap.push_back({merge->rank, left, a.id, b.id, merge->result});
     std::push_heap(scratch.heap.begin(), scratch.heap.end());
   }
 
@@ -285,8 +324,8 @@ class BpeEncoder final : public TextEncoder {
           std::max<size_t>(1, unicode::utf8_sequence_length(static_cast<uint8_t>(piece[pos]))));
       const std::string_view character = piece.substr(pos, length);
       pos += length;
-      if (const auto it = ids_.find(character); it != ids_.end()) {
-        add_symbol(it->second);
+      if (const int32_t id = ids_.find(character); id >= 0) {
+        add_symbol(id);
         previous_unknown = false;
         continue;
       }
@@ -316,7 +355,7 @@ class BpeEncoder final : public TextEncoder {
   bool space_prefix_first_only_ = false;
   std::array<int32_t, 256> byte_ids_{};
   int32_t unk_id_ = -1;
-  std::unordered_map<uint64_t, MergeInfo> merges_;
+  MergeTable merges_;
 };
 
 }  // namespace

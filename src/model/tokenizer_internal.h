@@ -14,15 +14,26 @@
 
 namespace onepass::model::tokenizer_detail {
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view text) const noexcept {
-    return std::hash<std::string_view>{}(text);
-  }
-};
+/// Token text -> id: an open-addressing table of ids keyed by the vocabulary's own strings,
+/// so the text is not held twice (a node-based map of 128k tokens costs ~8 MB), looked up
+/// with string_views.
+class TokenMap {
+ public:
+  TokenMap() = default;
+  /// Indexes `tokens`, which must outlive the map unchanged; a repeated text keeps its
+  /// first id.
+  explicit TokenMap(const std::vector<std::string>& tokens);
+  /// The id of `text`, or -1 when no token has it.
+  int32_t find(std::string_view text) const;
 
-/// Token text -> id, looked up with string_views (no temporary strings).
-using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+ private:
+  struct Slot {
+    uint32_t hash;  // low bits of the text's hash: most mismatches end here
+    int32_t id;     // -1: empty
+  };
+  const std::vector<std::string>* tokens_ = nullptr;
+  std::vector<Slot> slots_;  // a power of two, at most 3/4 full
+};
 
 /// What both models see of the vocabulary.
 struct VocabView {

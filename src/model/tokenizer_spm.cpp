@@ -24,8 +24,7 @@ class SpmEncoder final : public TextEncoder {
     for (size_t b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned>(b));
-      const auto it = ids_.find(std::string_view(name));
-      byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+      byte_ids_[b] = ids_.find(std::string_view(name));
     }
   }
 
@@ -133,12 +132,12 @@ class SpmEncoder final : public TextEncoder {
   // Plain text may only become normal (or user-defined) tokens: a control token such as
   // "<s>" must never come out of merging the characters "<", "s", ">".
   int32_t mergeable_token(std::string_view text) const {
-    const auto it = ids_.find(text);
-    if (it == ids_.end()) return -1;
-    const TokenType type = types_[static_cast<size_t>(it->second)];
+    const int32_t id = ids_.find(text);
+    if (id < 0) return -1;
+    const TokenType type = types_[static_cast<size_t>(id)];
     const bool ok = type == TokenType::kNormal || type == TokenType::kUndefined ||
                     type == TokenType::kUserDefined;
-    return ok ? it->second : -1;
+    return ok ? id : -1;
   }
 
   float score(int32_t id) const {

@@ -111,10 +111,14 @@ int64_t peak_rss_of_run(const std::vector<std::string>& argv, int* status) {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
-// A CPU `generate` of the default model peaks at the file's size plus a fixed cost (the
-// binary and its libraries, the vocabulary and its tables, the recorded graphs, the KV cache
-// and activations: ~37 MB on x86-64), which for this 98 MB model is 1.37x. A second resident
-// copy of the weights (the mapping kept beside the backend's copy, or a staging copy) is 2.3x.
+// A CPU `generate` of the default model peaks within 1.2x the file's size (~1.17x here).
+// The 0.2x (~19 MB) holds the binary and its shared libraries (~11 MB of them), the
+// vocabulary and its tables, the recorded graphs, the KV cache and activations. The 2 MiB
+// beyond it is the spread that is not this program's doing: how many pages of the shared
+// libraries each fault maps (page-cache folio sizes) and whether the kernel grants huge
+// pages for the weights. A second resident copy of the weights (the mapping kept beside the
+// backend's copy, or a staging copy) is 2.3x; eight decode steps recorded into one graph
+// add ~9 MB, a node-based vocabulary index ~5 MB.
 TEST_F(ResourcesTest, CpuGeneratePeaksNearTheModelSize) {
 #ifdef ONEPASS_ASAN
   GTEST_SKIP() << "AddressSanitizer's shadow memory inflates the resident set";
@@ -132,8 +136,10 @@ TEST_F(ResourcesTest, CpuGeneratePeaksNearTheModelSize) {
   ASSERT_GT(peak, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   const auto file = static_cast<double>(fs::file_size(model));
-  EXPECT_LE(static_cast<double>(peak), 1.45 * file)
-      << "peak resident set " << peak << " bytes for a " << file << "-byte model";
+  constexpr double kSpread = 2.0 * (1 << 20);
+  EXPECT_LE(static_cast<double>(peak), 1.2 * file + kSpread)
+      << "peak resident set " << peak << " bytes (" << static_cast<double>(peak) / file
+      << "x) for a " << file << "-byte model";
 }
 
 // The CUDA libraries a process loaded, as the dynamic loader reports them (LD_DEBUG=libs

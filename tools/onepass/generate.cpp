@@ -121,7 +121,8 @@ int run_generate(const GenerateArgs& args) {
   const double load_start = now_seconds();
   model::LoadOptions load;
   load.context = context;
-  load.max_batch = args.batch;
+  // The prompt is the only prefill: activations for more rows would never be used.
+  load.max_batch = std::min<int64_t>(args.batch, prompt_tokens);
   load.progress = [&](double fraction, const std::string& name) {
     progress.show(format("loading %3d%% %s", static_cast<int>(fraction * 100.0), name.c_str()));
   };
@@ -142,6 +143,7 @@ int run_generate(const GenerateArgs& args) {
   sampler.remember(prompt);
   const double prefill_start = now_seconds();
   const std::span<const float> logits = llama.prefill(prompt);
+  llama.release_prefill_graphs();  // the prompt was the only one
   const double prefill_seconds = now_seconds() - prefill_start;
 
   // Continuing the prompt: keep the space before the first generated word.

@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <CLI/CLI.hpp>
 
 #include "common.h"
@@ -26,6 +30,13 @@ int report(const std::string& line) {
 
 int main(int argc, char** argv) {
   using namespace onepass::cli;
+#ifdef __GLIBC__
+  // glibc raises its mmap threshold to the size of each large block freed, after which
+  // loading's large temporaries (the vocabulary's arrays, recorded graphs' node lists) come
+  // from the heap and leave holes that stay resident (~0.7 MB for the default model); a
+  // fixed threshold (glibc's initial 128 KiB) returns them to the system when freed.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
   CLI::App app("onepass: a GPU compute runtime for LLM inference (CUDA and CPU backends)",
                "onepass");
   app.require_subcommand(1);

@@ -34,8 +34,10 @@ struct LoadOptions {
   CaptureOptions capture{};   // passes and encoding of the replayed step
   /// decode_greedy_run: fed decode steps recorded into one graph, so that the boundary
   /// between two steps is a programmatic (PDL) edge inside a graph instead of the start of
-  /// the next graph launch. 1: a graph per step.
-  int64_t fed_steps_per_graph = 8;
+  /// the next graph launch. 1: a graph per step. 0: the backend's choice, 8 on CUDA and 1
+  /// on the CPU, which has no launch to save and would hold every recorded step's
+  /// dispatches in memory (~1 MB a step for a 30-layer model).
+  int64_t fed_steps_per_graph = 0;
   /// CUDA decode: the first l2_prefetch_bytes of each layer's gate/up weights are
   /// requested into L2 by the layer's attention kernel (GraphSession::flash_decode's
   /// prefetch_l2), whose own DRAM traffic is small, so the gate/up product starts with
@@ -186,6 +188,9 @@ class LlamaModel {
   const CapturedGraph* decode_graph() const { return decode_graph_.get(); }
   /// Prefill chunk lengths with a recorded graph kept for replay (at most 4).
   size_t prefill_graphs() const { return prefill_graphs_.size(); }
+  /// Drops the recorded prefill graphs, for a caller with no more prompts to prefill (a
+  /// later prefill records again).
+  void release_prefill_graphs() { prefill_graphs_.clear(); }
   /// Host time of the last decode step from writing its inputs to the launch returning.
   uint64_t last_step_host_ns() const { return last_step_host_ns_; }
   /// Dispatches of one decode step (after fusion).

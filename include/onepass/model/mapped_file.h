@@ -45,6 +45,9 @@ class MappedFile {
   /// Reading them again still gives the file's bytes (read back from the page cache). The
   /// range must lie inside one MappedFile's mapping; never throws.
   static void release_pages(const void* begin, size_t bytes) noexcept;
+  /// release_pages, and also the pages the range covers only in part: for when everything
+  /// else on them has been copied out as well.
+  static void release_pages_touching(const void* begin, size_t bytes) noexcept;
 
  private:
   void release() noexcept;

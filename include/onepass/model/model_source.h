@@ -144,6 +144,11 @@ class ModelSource {
   /// returns its mapped pages to the OS, so the weights are not resident twice. find()
   /// still works afterwards (the pages are read back from the file).
   virtual void release(const HostTensor& tensor) const { (void)tensor; }
+  /// Called once every tensor has been copied to the backend: a file-backed source returns
+  /// the mapped pages of all its tensors, including those release() keeps (a page a tensor
+  /// shares with one not yet copied) and those a later copy's page faults mapped again
+  /// around it. find() still works afterwards.
+  virtual void release_all() const {}
 
   /// find() or an Error naming the missing tensor.
   HostTensor require(std::string_view name) const;

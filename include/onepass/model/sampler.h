@@ -76,6 +76,7 @@ class Sampler {
   std::deque<int32_t> recent_;                         // last repeat_last_n tokens
   std::vector<std::pair<float, int32_t>> candidates_;  // reused between calls
   std::vector<ops::SamplePenalty> penalised_;          // reused between calls
+  std::vector<float> penalised_logits_;                // reused between calls
 };
 
 /// Index of the largest finite-or-inf value (lowest on ties; 0 when all are NaN).

@@ -152,8 +152,9 @@ class Tokenizer {
   int32_t eos_id() const;
   /// The end-of-turn token: TokenizerData::eot_id, else one found by its usual name.
   std::optional<int32_t> eot_id() const;
-  /// The vocabulary as given, less its merges: the encoder holds them as id pairs, and the
-  /// strings (280k for Llama 3) would only take memory.
+  /// The vocabulary as given, less its merges and token types: the encoder holds the merges
+  /// as id pairs (the strings, 280k for Llama 3, would only take memory), and token_type()
+  /// answers for the types.
   const TokenizerData& data() const;
 
  private:

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -34,9 +35,18 @@ struct Item {
   uint32_t group = 0;          // barrier mode: index of its concurrent group
 };
 
+// What a pool thread needs to run blocks of a dispatch: its entry point, launch shape and
+// argument bytes (in the plan's argument pool). A stored plan keeps these instead of whole
+// Dispatches, whose fixed-size argument array and annotations cost ~1 KB each.
+struct Launch {
+  CpuKernelFn fn;
+  LaunchDims dims;
+  const void* args;
+};
+
 // A run of consecutive blocks of one dispatch: the unit of work a pool thread takes.
 struct Task {
-  const Dispatch* dispatch;
+  const Launch* launch;
   uint64_t begin;
   uint64_t end;
 };
@@ -58,28 +68,32 @@ uint64_t touched_bytes(const Dispatch& d) {
   return bytes;
 }
 
-void cut_into_tasks(const Dispatch& d, int threads, std::vector<Task>& tasks) {
+void cut_into_tasks(const Dispatch& d, const Launch* launch, int threads,
+                    std::vector<Task>& tasks) {
   const uint64_t blocks = d.dims.grid.count();
   if (threads <= 1 || touched_bytes(d) < kCpuOneThreadBytes) {
-    tasks.push_back({&d, 0, blocks});
+    tasks.push_back({launch, 0, blocks});
     return;
   }
   if (prepares_input_per_call(d.kernel->cpu)) {
     const uint64_t runs = std::min<uint64_t>(blocks, static_cast<uint64_t>(threads));
-    for (uint64_t i = 0; i < runs; ++i) tasks.push_back({&d, blocks * i / runs, blocks * (i + 1) / runs});
+    for (uint64_t i = 0; i < runs; ++i)
+      tasks.push_back({launch, blocks * i / runs, blocks * (i + 1) / runs});
     return;
   }
   const uint64_t share = kCpuTasksPerThread * static_cast<uint64_t>(threads);
   for (uint64_t begin = 0; begin < blocks;) {
     const uint64_t size = std::max<uint64_t>(1, (blocks - begin) / share);
-    tasks.push_back({&d, begin, begin + size});
+    tasks.push_back({launch, begin, begin + size});
     begin += size;
   }
 }
 
 // items[first, end) as levels: a level is a concurrent group (barrier mode) or the
 // dispatches whose dependencies are all in earlier levels (dataflow mode). Each dispatch's
-// grid is cut into tasks once, so replaying a stored schedule allocates nothing.
+// grid is cut into tasks once, so replaying a stored schedule allocates nothing. The tasks
+// point into the plan's own launches, so the items may be dropped once it is built (then
+// `items` is cleared; checks and profiles need them).
 struct Plan {
   struct Level {
     uint32_t items_begin, items_end;  // in `items`
@@ -89,9 +103,20 @@ struct Plan {
   std::vector<std::pair<uint32_t, uint32_t>> item_tasks;  // each item's range in `tasks`
   std::vector<Task> tasks;  // level by level; within a level, later dispatches first
   std::vector<Level> levels;
+  std::vector<Launch> launches;  // one per item, in `items` order
+  std::vector<std::byte> args;   // the launches' argument structs, each at a multiple of 16
 
   Plan(const std::vector<Item>& all, size_t first, size_t end, bool dataflow, int threads) {
     if (first >= end) return;
+    // Sized once: tasks and launches point into these.
+    constexpr size_t kArgAlign = 16;
+    static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= kArgAlign,
+                  "args.data() must be 16-byte aligned");
+    size_t arg_bytes = 0;
+    for (size_t i = first; i < end; ++i)
+      arg_bytes += (all[i].dispatch.args_size + kArgAlign - 1) / kArgAlign * kArgAlign;
+    args.resize(arg_bytes);
+    launches.reserve(end - first);
     std::vector<uint32_t> level(end - first, 0);
     uint32_t max_level = 0;
     for (size_t i = first; i < end; ++i) {
@@ -111,6 +136,7 @@ struct Plan {
     std::vector<std::vector<const Item*>> by_level(max_level + 1);
     for (size_t i = first; i < end; ++i) by_level[level[i - first]].push_back(&all[i]);
     item_tasks.resize(end - first);
+    size_t arg_offset = 0;
     for (const auto& group : by_level) {
       Level lv{};
       lv.items_begin = static_cast<uint32_t>(items.size());
@@ -123,8 +149,12 @@ struct Plan {
         const Dispatch& d = group[g]->dispatch;
         check(d.kernel != nullptr && d.kernel->cpu != nullptr, "cpu", "kernel ", d.name(),
               " has no CPU entry point");
+        std::byte* arg = args.data() + arg_offset;
+        if (d.args_size > 0) std::memcpy(arg, d.args_data(), d.args_size);
+        arg_offset += (d.args_size + kArgAlign - 1) / kArgAlign * kArgAlign;
+        const Launch* launch = &launches.emplace_back(Launch{d.kernel->cpu, d.dims, arg});
         const auto task_begin = static_cast<uint32_t>(tasks.size());
-        cut_into_tasks(d, threads, tasks);
+        cut_into_tasks(d, launch, threads, tasks);
         item_tasks[lv.items_begin + g] = {task_begin, static_cast<uint32_t>(tasks.size())};
       }
       lv.tasks_end = static_cast<uint32_t>(tasks.size());
@@ -166,17 +196,21 @@ class Scheduler {
 
  private:
   static void run_task(const Task& t) {
-    if (t.begin < t.end) t.dispatch->kernel->cpu(t.dispatch->args_data(), t.dispatch->dims, t.begin, t.end);
+    if (t.begin < t.end) t.launch->fn(t.launch->args, t.launch->dims, t.begin, t.end);
   }
 
   void run_one(const Plan& plan, uint32_t index, uint32_t lane, uint64_t submission_start) {
-    const Dispatch& d = plan.items[index]->dispatch;
     const Options& o = backend_.options();
     const auto [first_task, end_task] = plan.item_tasks[index];
     const Task* tasks = plan.tasks.data() + first_task;
     const uint64_t t0 = now_ns();
     backend_.pool().parallel_for(end_task - first_task, [tasks](size_t i) { run_task(tasks[i]); });
     const uint64_t t1 = now_ns();
+    if (!o.check_annotations && !o.profile_dispatches) return;
+    check(!plan.items.empty(), "cpu",
+          "this executable was instantiated with annotation checks and dispatch profiling off, so "
+          "it keeps no dispatches to check or profile; record it again with the options set");
+    const Dispatch& d = plan.items[index]->dispatch;
     if (o.check_annotations) verify(d, shadow_);
     if (o.profile_dispatches) {
       DispatchSample s = describe_dispatch(d, index);
@@ -234,18 +268,35 @@ class CpuExecutable final : public Executable {
       : backend_(backend),
         items_(std::move(items)),
         plan_(items_, 0, items_.size(), dataflow, backend.pool().size()),
-        label_(std::move(label)) {}
+        dispatches_(items_.size()),
+        label_(std::move(label)) {
+    const Options& o = backend.options();
+    if (o.check_annotations || o.profile_dispatches) return;
+    // Replays need only the plan's launches: keep the buffers the dispatches hold alive, one
+    // reference each, and drop the dispatches.
+    for (const Item& item : items_) {
+      for (const std::shared_ptr<Buffer>& b : item.dispatch.retained) retained_.push_back(b);
+    }
+    std::sort(retained_.begin(), retained_.end());
+    retained_.erase(std::unique(retained_.begin(), retained_.end()), retained_.end());
+    retained_.shrink_to_fit();
+    plan_.items.clear();
+    plan_.items.shrink_to_fit();
+    std::vector<Item>().swap(items_);
+  }
 
   void launch() override { last_ns_ = Scheduler(backend_, label_).run(plan_); }
   void wait() override {}
   std::optional<uint64_t> gpu_time_ns() const override { return last_ns_; }
   void set_timing(bool) override {}  // the CPU always measures (steady_clock)
-  size_t dispatch_count() const override { return items_.size(); }
+  size_t dispatch_count() const override { return dispatches_; }
 
  private:
   CpuBackend& backend_;
-  std::vector<Item> items_;
-  Plan plan_;  // points into items_
+  std::vector<Item> items_;  // empty unless checks or profiles need the dispatches
+  Plan plan_;                // its `items` point into items_
+  size_t dispatches_;
+  std::vector<std::shared_ptr<Buffer>> retained_;
   std::string label_;
   std::optional<uint64_t> last_ns_;
 };

@@ -1,6 +1,7 @@
 #include "huge_page_arena.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,6 +10,14 @@ namespace onepass::cpu {
 namespace {
 
 size_t round_up(size_t bytes, size_t multiple) { return (bytes + multiple - 1) / multiple * multiple; }
+
+// A region that takes no more allocations keeps its last huge page resident whole, used or
+// not (up to 2 MiB a region): returns the unused part. Advice only.
+void return_unused_tail(uint8_t* base, size_t used, size_t size) {
+  static const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t from = round_up(used, page);
+  if (from < size) (void)::madvise(base + from, size - from, MADV_DONTNEED);
+}
 
 }  // namespace
 
@@ -19,6 +28,8 @@ HugePageArena::~HugePageArena() {
 void* HugePageArena::allocate(size_t bytes) {
   const size_t size = round_up(bytes, alignment_);
   if (regions_.empty() || regions_.back().size - regions_.back().used < size) {
+    if (!regions_.empty())
+      return_unused_tail(regions_.back().base, regions_.back().used, regions_.back().size);
     const size_t region_bytes = std::max(kRegionBytes, round_up(size, kHugePage));
     auto* base = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, region_bytes));
     if (base == nullptr) return nullptr;
