@@ -1,5 +1,5 @@
-// CUDA kernels mm_x8_<W>_f32: the product of 2 to 8 rows of x (batched decode steps,
-// cuda_mm_x8) with block-format weights on the 8-bit integer tensor cores,
+// CUDA kernels mm_x8_<W>_f32: the product of up to 8 rows of x (batched decode steps of 8
+// sequences, cuda_mm_x8) with block-format weights on the 8-bit integer tensor cores,
 // out [M, N] = x [M, K] · wᵀ. The kernel body takes NT tiles of 8 rows of x; the backend
 // registers one tile (kCudaMmX8TileRows).
 //
