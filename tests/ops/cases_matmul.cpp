@@ -316,14 +316,17 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 12, 130, 1536, 0, false);
     }
     // 8 rows of x on the block formats: the CUDA 8-bit integer tensor-core products
-    // (cuda::cuda_mm_x8_dims, 132 SMs): 6 N tiles with a tail in 4 splits; strided x, 12
-    // stages in 8 splits of 2 (the last two empty); one stage, unsplit; 35 N tiles taken 2
-    // at a time by 18 groups of 8 splits.
+    // (cuda::cuda_mm_x8_dims, 132 SMs, 128-row tiles): 3 N tiles with a tail in 4 splits;
+    // strided x and 2 N tiles, 12 stages in 8 splits of 2 (the last two empty); one stage,
+    // unsplit (sums stored directly); 18 N tiles in 18 groups of 8 splits; for the two
+    // formats of the reference models, 157 N tiles taken 5 at a time (the cluster adds 4
+    // tiles' partials, then 1).
     if (dtype_is_quantized(t)) {
       add_case(cases, t, 8, 333, 1024, 0, false);
       add_case(cases, t, 8, 130, 3072, 3, false);
       add_case(cases, t, 8, 70, 256, 0, dtype_block_elems(t) == 256);
       add_case(cases, t, 8, 2200, 2048, 0, false);
+      if (t == DType::q4_0 || t == DType::q6_k) add_case(cases, t, 8, 20000, 2048, 0, false);
     }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.

@@ -3,21 +3,22 @@
 // out [M, N] = x [M, K] · wᵀ. The kernel body takes NT tiles of 8 rows of x; the backend
 // registers one tile (kCudaMmX8TileRows).
 //
-// A block of 4 warps takes one range of K stages of 256 values and, in turn, N tiles of 64
+// A block of 8 warps takes one range of K stages of 256 values and, in turn, N tiles of 128
 // weight rows (16 per warp); grid {splits, tile groups} in clusters of {splits, 1}
 // (cuda_mm_x8_dims). It first issues cp.async copies of its first weight stages (the raw
 // block bytes as stored) into a ring, before the PDL wait, since no earlier kernel writes
-// weights; the ring then streams the (tile, stage) pairs in order. After the wait it rounds
-// its range of x to int8 in shared memory once for all its tiles: each 32 values of a row
-// with one scale (d = amax / 127, as the mv kernels) and their exact f32 sum; rows past M (up
-// to the 8 NT of the x tiles) are zeros. A warp then unpacks a 32-value unit of its 16 rows to
-// 8-bit integers in the A fragment of an m16n8k32 product (two for q6_k, whose scales cover
-// 16 values), multiplies it by 8 rows of x at a time, and adds the int32 sums, times the
-// unit's weight scale and x scale, plus the format's offset times the exact x sum, to f32
-// accumulators. The weights are read once for all rows of x, and the products cost integer
-// tensor-core instructions instead of a dequantization to f16. After each tile the cluster
-// adds its partial sums through distributed shared memory in rank order, so every run
-// gives the same sums.
+// weights; the ring then streams the (tile, stage) pairs in order, each thread copying the
+// same pieces of every stage. After the wait the block rounds its range of x to int8 in
+// shared memory once for all its tiles: each 32 values of a row with one scale (d = amax /
+// 127, as the mv kernels), their exact f32 sum and a constant that folds the conversion of
+// the int32 sum and the format's offset into one fma; rows past M (up to the 8 NT of the x
+// tiles) are zeros. A warp then unpacks a 32-value unit of its 16 rows to 8-bit integers in
+// the A fragment of an m16n8k32 product (two for q6_k, whose scales cover 16 values),
+// multiplies it by 8 rows of x at a time and adds the sums, scaled, to f32 accumulators. The
+// weights are read once for all rows of x, and the products cost integer tensor-core
+// instructions instead of a dequantization to f16. A cluster keeps the partial sums of up to
+// kCudaMmX8FlushTiles tiles, then adds them through distributed shared memory in rank order,
+// so every run gives the same sums; an unsplit block stores its sums directly.
 #include <cooperative_groups.h>
 
 #include <string>
@@ -42,13 +43,13 @@ using quantdot::half_bits_to_float;
 using quantdot::ld_u16;
 using quantdot::ld_u32_2;
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kRows = 16 * kWarps;         // weight rows of a block
+constexpr int kRows = kCudaMmX8BlockRows;  // weight rows of a block, 16 per warp
+constexpr int kThreads = 2 * kRows;
 constexpr int kStageK = kCudaMmX8StageK;   // values of K per stage: 8 units of 32
 constexpr int kXPitch = kCudaMmX8XRowBytes - kCudaMmX8ScaleRowBytes;  // int8 x of a row in a stage
-constexpr int kSPitch = kCudaMmX8ScaleRowBytes;  // its 8 (d, Σ x) pairs, padded
-static_assert(kXPitch == kStageK + 16 && kSPitch == 80, "pitches of 4 (mod 8) words and 16-byte rows");
+constexpr int kSPitch = kCudaMmX8ScaleRowBytes;  // its 8 (d, z, Σ x, 0) quadruples, padded
+constexpr int kFlushTiles = kCudaMmX8FlushTiles;  // tiles whose partial sums the cluster adds at once
+static_assert(kXPitch == kStageK + 16 && kSPitch == 144, "pitches of 4 (mod 8) words and 16-byte rows");
 static_assert(kStageK == 256, "8 units per stage");
 
 __device__ __forceinline__ uint32_t ld_u32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
@@ -57,7 +58,8 @@ __device__ __forceinline__ uint32_t ld_u32(const unsigned char* p) { return *rei
 __device__ __forceinline__ uint32_t spread4(uint32_t n) { return (n * 0x00204081u) & 0x01010101u; }
 
 // One 32-value unit of one weight row: the A-fragment words of values 4t .. 4t + 3 (lo)
-// and 16 + 4t .. 16 + 4t + 3 (hi) as 8-bit integers q, and w = a q + b (q6_k: w = a sc q,
+// and 16 + 4t .. 16 + 4t + 3 (hi) as 8-bit integers q, and w = a (q + kC) + b, b only where
+// kMin (q6_k: w = a sc q,
 // sc = s0 for the first 16 values, s1 for the rest).
 struct Unit {
   uint32_t lo, hi;
@@ -65,25 +67,27 @@ struct Unit {
   int s0, s1;
 };
 
-// Per format: the bytes of 256 values of a row (a stage), whether q is unsigned, whether
-// b is used, and unit j (0..7) of a stage's row data at `row` (2-byte aligned).
+// Per format: whether q is unsigned, b as a constant multiple kC of a (q4_0, q5_0), or its
+// own value (kMin), and unit j (0..7) of a stage's row data at `row` (2-byte aligned).
 template <DType W>
 struct X8;
 
 template <>
 struct X8<DType::q4_0> {
-  static constexpr bool kUnsigned = true, kOffset = true;
+  static constexpr bool kUnsigned = true, kMin = false;
+  static constexpr float kC = -8.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     const unsigned char* b = row + 18 * j;
     const uint32_t w = ld_u32_2(b + 2 + 4 * t);
     const float d = half_bits_to_float(ld_u16(b));
-    return {w & 0x0F0F0F0Fu, (w >> 4) & 0x0F0F0F0Fu, d, -8.0f * d, 0, 0};
+    return {w & 0x0F0F0F0Fu, (w >> 4) & 0x0F0F0F0Fu, d, 0.0f, 0, 0};
   }
 };
 
 template <>
 struct X8<DType::q4_1> {
-  static constexpr bool kUnsigned = true, kOffset = true;
+  static constexpr bool kUnsigned = true, kMin = true;
+  static constexpr float kC = 0.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     const unsigned char* b = row + 20 * j;
     const uint32_t w = ld_u32(b + 4 + 4 * t);
@@ -93,7 +97,8 @@ struct X8<DType::q4_1> {
 
 template <>
 struct X8<DType::q8_0> {
-  static constexpr bool kUnsigned = false, kOffset = false;
+  static constexpr bool kUnsigned = false, kMin = false;
+  static constexpr float kC = 0.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     const unsigned char* b = row + 34 * j;
     return {ld_u32_2(b + 2 + 4 * t), ld_u32_2(b + 18 + 4 * t), half_bits_to_float(ld_u16(b)), 0.0f, 0, 0};
@@ -102,20 +107,22 @@ struct X8<DType::q8_0> {
 
 template <>
 struct X8<DType::q5_0> {
-  static constexpr bool kUnsigned = true, kOffset = true;
+  static constexpr bool kUnsigned = true, kMin = false;
+  static constexpr float kC = -16.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     const unsigned char* b = row + 22 * j;
     const uint32_t qh = ld_u32_2(b + 2);
     const uint32_t w = ld_u32_2(b + 6 + 4 * t);
     const float d = half_bits_to_float(ld_u16(b));
     return {(w & 0x0F0F0F0Fu) | (spread4((qh >> (4 * t)) & 0xF) << 4),
-            ((w >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16 + 4 * t)) & 0xF) << 4), d, -16.0f * d, 0, 0};
+            ((w >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16 + 4 * t)) & 0xF) << 4), d, 0.0f, 0, 0};
   }
 };
 
 template <>
 struct X8<DType::q5_1> {
-  static constexpr bool kUnsigned = true, kOffset = true;
+  static constexpr bool kUnsigned = true, kMin = true;
+  static constexpr float kC = 0.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     const unsigned char* b = row + 24 * j;
     const uint32_t qh = ld_u32(b + 4);
@@ -128,7 +135,8 @@ struct X8<DType::q5_1> {
 
 template <>
 struct X8<DType::q4_k> {
-  static constexpr bool kUnsigned = true, kOffset = true;
+  static constexpr bool kUnsigned = true, kMin = true;
+  static constexpr float kC = 0.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     int sc, mn;
     quantdot::kquant_scale_min(row + 4, j, sc, mn);
@@ -142,7 +150,8 @@ struct X8<DType::q4_k> {
 
 template <>
 struct X8<DType::q5_k> {
-  static constexpr bool kUnsigned = true, kOffset = true;
+  static constexpr bool kUnsigned = true, kMin = true;
+  static constexpr float kC = 0.0f;
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     int sc, mn;
     quantdot::kquant_scale_min(row + 4, j, sc, mn);
@@ -160,7 +169,8 @@ struct X8<DType::q5_k> {
 // q6_k: q - 32 as signed bytes, (q | 0x80) - 0x20 ^ 0x80 per byte (no borrow between bytes).
 template <>
 struct X8<DType::q6_k> {
-  static constexpr bool kUnsigned = false, kOffset = false;
+  static constexpr bool kUnsigned = false;
+  static constexpr float kC = 0.0f;
   __device__ static uint32_t centred(uint32_t q) { return ((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
   __device__ static Unit unit(const unsigned char* row, int j, int t) {
     const int h = j >> 2, s = j & 3;
@@ -182,6 +192,7 @@ struct X8<DType::q6_k> {
 // of the block's whole K range follow it.
 template <DType W>
 struct Ring {
+  static constexpr int rows = kRows;
   static constexpr int bytes = kStageK / (quantdot::Format<W>::kUnits * 32) * quantdot::Format<W>::kBlockBytes;
   static constexpr bool aligned = bytes % 16 == 0;
   static constexpr int piece = aligned ? 16 : 8;
@@ -189,20 +200,23 @@ struct Ring {
   static constexpr int padded = (pieces * piece + 15) / 16 * 16;
   // Row pitch: 4 (mod 8) words, so the 8 rows of a fragment load fall in different banks.
   static constexpr int pitch = (padded / 4) % 8 == 0 ? padded + 16 : padded;
-  static constexpr int stage_bytes = kRows * pitch;
+  static constexpr int stage_bytes = rows * pitch;
   // As many stages as kCudaMmX8RingBytes holds, 3 to 6.
   static constexpr int fit = static_cast<int>(kCudaMmX8RingBytes) / stage_bytes;
   static constexpr int stages = fit < 3 ? 3 : fit > 6 ? 6 : fit;
   static constexpr int ring_bytes = stages * stage_bytes;
 };
 
-// The exact float of an int32 sum |c| < 2^22 (a unit of 32 products of 8-bit values):
-// c added to the bits of 1.5 * 2^23, whose unit in the last place is 1.
-__device__ __forceinline__ float small_int_to_float(int c) { return __int_as_float(c + 0x4B400000) - 12582912.0f; }
+// An int32 sum |c| < 2^22 (a unit of 32 products of 8-bit values) added to the bits of
+// kIntBias = 1.5 * 2^23, whose unit in the last place is 1: the float kIntBias + c, exactly.
+constexpr float kIntBias = 12582912.0f;
+__device__ __forceinline__ float biased(int c) { return __int_as_float(c + 0x4B400000); }
 
 // Rounds x [rows < xrows, stages first .. first + count) to int8 into the block's x region:
-// 8 threads per 32-value unit, 4 values each; 8 units per thread in flight.
-template <int XROWS>
+// 8 threads per 32-value unit, 4 values each; 8 units per thread in flight. Each unit keeps
+// (d, z, Σ x): d·(kIntBias + c) + z = d·c + kC·Σ x, so the product of a unit costs one fma
+// (z rounds once, by at most d/2).
+template <int XROWS, typename F>
 __device__ __forceinline__ void stage_x(const ops::MatmulArgs& a, int64_t first, int64_t count, unsigned char* xr) {
   const int tid = static_cast<int>(threadIdx.x);
   const int sub = tid & 7;
@@ -252,7 +266,9 @@ __device__ __forceinline__ void stage_x(const ops::MatmulArgs& a, int64_t first,
       unsigned char* stage = xr + s * XROWS * kCudaMmX8XRowBytes;
       *reinterpret_cast<uint32_t*>(stage + r * kXPitch + 32 * j + 4 * sub) = word;
       if (sub == 0) {
-        *reinterpret_cast<float2*>(stage + XROWS * kXPitch + r * kSPitch + 8 * j) = make_float2(amax / 127.0f, sum);
+        const float d = amax / 127.0f;
+        *reinterpret_cast<float4*>(stage + XROWS * kXPitch + r * kSPitch + 16 * j) =
+            make_float4(d, fmaf(F::kC, sum, -kIntBias * d), sum, 0.0f);
       }
     }
   }
@@ -270,54 +286,81 @@ __global__ void __launch_bounds__(kThreads) mm_x8_kernel(const __grid_constant__
   const int64_t stages = a.k / kStageK;
   const int64_t per = (stages + gridDim.x - 1) / gridDim.x;
   const int64_t first = blockIdx.x * per < stages ? blockIdx.x * per : stages;
-  const int64_t count = (first + per < stages ? first + per : stages) - first;
+  const int count = static_cast<int>((first + per < stages ? first + per : stages) - first);
   const int64_t n_tiles = (a.n + kRows - 1) / kRows;
-  const int64_t my_tiles = (n_tiles - blockIdx.y + gridDim.y - 1) / gridDim.y;
-  const int64_t items = my_tiles * count;  // (tile, stage) pairs, stages fastest
+  const int my_tiles = static_cast<int>((n_tiles - blockIdx.y + gridDim.y - 1) / gridDim.y);
+  const int64_t items = int64_t{my_tiles} * count;  // (tile, stage) pairs, stages fastest
   const uint32_t base = smem_addr(smem);
   const int tid = static_cast<int>(threadIdx.x);
   const auto* w = static_cast<const uint8_t*>(a.w);
 
-  auto issue = [&](int64_t item) {
-    const int64_t n0 = (blockIdx.y + item / count * gridDim.y) * kRows;
-    const int64_t q = first + item % count;
-    const uint32_t slot = base + static_cast<uint32_t>((item % R::stages) * R::stage_bytes);
-    for (int i = tid; i < kRows * R::pieces; i += kThreads) {
+  // The copy cursor: each thread copies the same pieces of every stage (rows and offsets
+  // fixed), so a new tile only moves its row pointers and a new stage its K offset.
+  constexpr int kPieces = kRows * R::pieces;
+  constexpr int kPer = (kPieces + kThreads - 1) / kThreads;
+  uint32_t to[kPer];
+  const uint8_t* from[kPer];
+  bool live[kPer];
+  int issue_tile = 0, issue_c = 0, issue_slot = 0;
+  auto aim = [&](int tile) {
+    const int64_t n0 = (blockIdx.y + int64_t{tile} * gridDim.y) * kRows;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = tid + k * kThreads;
       const int r = i / R::pieces, p = i - r * R::pieces;
-      if (n0 + r >= a.n) continue;
-      const uint8_t* row = w + (n0 + r) * a.w_row_bytes + q * R::bytes;
+      to[k] = static_cast<uint32_t>(r * R::pitch + R::piece * p);
+      live[k] = i < kPieces && n0 + r < a.n;
+      from[k] = w + (n0 + r) * a.w_row_bytes + (first * R::bytes & (R::aligned ? ~int64_t{0} : ~int64_t{7})) + R::piece * p;
+    }
+  };
+  auto issue = [&]() {
+    const uint32_t slot = base + static_cast<uint32_t>(issue_slot * R::stage_bytes);
+    // Stage offsets from the block's first stage; unaligned stages start at the 8-byte word
+    // that holds their first byte.
+    const int64_t at = (first + issue_c) * R::bytes;
+    const int64_t shift = R::aligned ? int64_t{issue_c} * R::bytes : (at & ~int64_t{7}) - (first * R::bytes & ~int64_t{7});
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (!live[k]) continue;
       if constexpr (R::aligned) {
-        cp_async16(slot + r * R::pitch + 16 * p, row + 16 * p);
+        cp_async16(slot + to[k], from[k] + shift);
       } else {
-        const uint8_t* from = row - (reinterpret_cast<uintptr_t>(row) & 7);
-        cp_async8(slot + r * R::pitch + 8 * p, from + 8 * p);
+        cp_async8(slot + to[k], from[k] + shift);
       }
+    }
+    if (++issue_slot == R::stages) issue_slot = 0;
+    if (++issue_c == count) {
+      issue_c = 0;
+      if (++issue_tile < my_tiles) aim(issue_tile);
     }
   };
 
+  if (items > 0) aim(0);
 #pragma unroll
   for (int i = 0; i < R::stages - 1; ++i) {
-    if (i < items) issue(i);
+    if (i < items) issue();
     cp_async_commit();
   }
   pdl_wait();
   auto* partial = reinterpret_cast<float*>(smem + R::ring_bytes);
-  unsigned char* xregion = smem + R::ring_bytes + kSlots * kThreads * 4;
-  stage_x<kXRows>(a, first, count, xregion);
+  unsigned char* xregion = smem + R::ring_bytes + kFlushTiles * kSlots * kThreads * 4;
+  stage_x<kXRows, F>(a, first, count, xregion);
 
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const cg::cluster_group cluster = cg::this_cluster();
   const auto splits = static_cast<int>(cluster.num_blocks());
   const auto rank = static_cast<int>(cluster.block_rank());
-  for (int64_t tile = 0; tile < my_tiles; ++tile) {
+  int64_t item = 0;
+  int read_slot = 0;
+  for (int tile = 0; tile < my_tiles; ++tile) {
     float acc[NT][4] = {};
-    for (int64_t c = 0; c < count; ++c) {
-      const int64_t item = tile * count + c;
+    for (int c = 0; c < count; ++c, ++item) {
       cp_async_wait<R::stages - 2>();
       __syncthreads();
-      if (item + R::stages - 1 < items) issue(item + R::stages - 1);
+      if (item + R::stages - 1 < items) issue();
       cp_async_commit();
-      const unsigned char* slot = smem + (item % R::stages) * R::stage_bytes;
+      const unsigned char* slot = smem + read_slot * R::stage_bytes;
+      if (++read_slot == R::stages) read_slot = 0;
       // Rows g and g + 8 of the warp's 16 (the copy of an unaligned stage starts at the
       // 8-byte word holding its first byte; rows are whole 8-byte words apart).
       const int mis = R::aligned ? 0 : static_cast<int>((reinterpret_cast<uintptr_t>(w) + (first + c) * R::bytes) & 7);
@@ -333,54 +376,76 @@ __global__ void __launch_bounds__(kThreads) mm_x8_kernel(const __grid_constant__
         for (int nt = 0; nt < NT; ++nt) {
           const unsigned char* xrow = xs + (8 * nt + g) * kXPitch + 32 * j + 4 * t;
           const uint32_t b0 = ld_u32(xrow), b1 = ld_u32(xrow + 16);
-          const float2 s0 = *reinterpret_cast<const float2*>(ss + (8 * nt + 2 * t) * kSPitch + 8 * j);
-          const float2 s1 = *reinterpret_cast<const float2*>(ss + (8 * nt + 2 * t + 1) * kSPitch + 8 * j);
-          float v[4];
+          const float4 s0 = *reinterpret_cast<const float4*>(ss + (8 * nt + 2 * t) * kSPitch + 16 * j);
+          const float4 s1 = *reinterpret_cast<const float4*>(ss + (8 * nt + 2 * t + 1) * kSPitch + 16 * j);
+          // Slot e: 0 (row g, x row 2t), 1 (g, 2t + 1), 2 (g + 8, 2t), 3 (g + 8, 2t + 1).
           if constexpr (W == DType::q6_k) {
             int first16[4] = {0, 0, 0, 0}, second16[4] = {0, 0, 0, 0};
             const uint32_t a_first[4] = {u0.lo, u1.lo, 0u, 0u};
             const uint32_t a_second[4] = {0u, 0u, u0.hi, u1.hi};
             ptx::mma_i8<F::kUnsigned>(first16, a_first, b0, b1);
             ptx::mma_i8<F::kUnsigned>(second16, a_second, b0, b1);
-            v[0] = static_cast<float>(first16[0] * u0.s0 + second16[0] * u0.s1);
-            v[1] = static_cast<float>(first16[1] * u0.s0 + second16[1] * u0.s1);
-            v[2] = static_cast<float>(first16[2] * u1.s0 + second16[2] * u1.s1);
-            v[3] = static_cast<float>(first16[3] * u1.s0 + second16[3] * u1.s1);
+            // |sums| reach 2^23 here: converted, not biased.
+            acc[nt][0] = fmaf(u0.a, s0.x * static_cast<float>(first16[0] * u0.s0 + second16[0] * u0.s1), acc[nt][0]);
+            acc[nt][1] = fmaf(u0.a, s1.x * static_cast<float>(first16[1] * u0.s0 + second16[1] * u0.s1), acc[nt][1]);
+            acc[nt][2] = fmaf(u1.a, s0.x * static_cast<float>(first16[2] * u1.s0 + second16[2] * u1.s1), acc[nt][2]);
+            acc[nt][3] = fmaf(u1.a, s1.x * static_cast<float>(first16[3] * u1.s0 + second16[3] * u1.s1), acc[nt][3]);
           } else {
             int sums[4] = {0, 0, 0, 0};
             const uint32_t af[4] = {u0.lo, u1.lo, u0.hi, u1.hi};
             ptx::mma_i8<F::kUnsigned>(sums, af, b0, b1);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) v[e] = small_int_to_float(sums[e]);
-          }
-          // v[0]: (row g, x row 2t), v[1]: (g, 2t + 1), v[2]: (g + 8, 2t), v[3]: (g + 8, 2t + 1).
-          acc[nt][0] = fmaf(u0.a, s0.x * v[0], acc[nt][0]);
-          acc[nt][1] = fmaf(u0.a, s1.x * v[1], acc[nt][1]);
-          acc[nt][2] = fmaf(u1.a, s0.x * v[2], acc[nt][2]);
-          acc[nt][3] = fmaf(u1.a, s1.x * v[3], acc[nt][3]);
-          if constexpr (F::kOffset) {
-            acc[nt][0] = fmaf(u0.b, s0.y, acc[nt][0]);
-            acc[nt][1] = fmaf(u0.b, s1.y, acc[nt][1]);
-            acc[nt][2] = fmaf(u1.b, s0.y, acc[nt][2]);
-            acc[nt][3] = fmaf(u1.b, s1.y, acc[nt][3]);
+            acc[nt][0] = fmaf(u0.a, fmaf(s0.x, biased(sums[0]), s0.y), acc[nt][0]);
+            acc[nt][1] = fmaf(u0.a, fmaf(s1.x, biased(sums[1]), s1.y), acc[nt][1]);
+            acc[nt][2] = fmaf(u1.a, fmaf(s0.x, biased(sums[2]), s0.y), acc[nt][2]);
+            acc[nt][3] = fmaf(u1.a, fmaf(s1.x, biased(sums[3]), s1.y), acc[nt][3]);
+            if constexpr (F::kMin) {
+              acc[nt][0] = fmaf(u0.b, s0.z, acc[nt][0]);
+              acc[nt][1] = fmaf(u0.b, s1.z, acc[nt][1]);
+              acc[nt][2] = fmaf(u1.b, s0.z, acc[nt][2]);
+              acc[nt][3] = fmaf(u1.b, s1.z, acc[nt][3]);
+            }
           }
         }
       }
     }
-    // The tile's partials, added by the cluster in rank order: block r stores the outputs
-    // of the slots i with i % splits == r.
+    // Output slot i of this thread: row n of the tile and row m of x.
+    auto out_row = [&](int tl, int i) { return (blockIdx.y + int64_t{tl} * gridDim.y) * kRows + 16 * warp + g + 8 * ((i & 3) >> 1); };
+    auto x_row = [&](int i) { return 8 * (i >> 2) + 2 * t + (i & 1); };
+    if (splits == 1) {
 #pragma unroll
-    for (int i = 0; i < kSlots; ++i) partial[i * kThreads + tid] = acc[i >> 2][i & 3];
+      for (int i = 0; i < kSlots; ++i) {
+        const int64_t n = out_row(tile, i);
+        const int m = x_row(i);
+        if (m < a.m && n < a.n) a.out[m * a.out_stride + n] = acc[i >> 2][i & 3];
+      }
+      continue;
+    }
+    // The partials of up to kFlushTiles tiles, added by the cluster in rank order: block r
+    // stores the outputs of the slots i with i % splits == r.
+    const int held = tile % kFlushTiles;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) partial[(held * kSlots + i) * kThreads + tid] = acc[i >> 2][i & 3];
+    if (held != kFlushTiles - 1 && tile != my_tiles - 1) continue;
     cluster.sync();
-    const int64_t n0 = (blockIdx.y + tile * gridDim.y) * kRows;
+    constexpr int kRanks = static_cast<int>(kMaxClusterBlocks);
+    for (int h = 0; h <= held; ++h) {
 #pragma unroll
-    for (int i = 0; i < kSlots; ++i) {
-      if (i % splits != rank) continue;
-      const int64_t n = n0 + 16 * warp + g + 8 * ((i & 3) >> 1);
-      const int64_t m = 8 * (i >> 2) + 2 * t + (i & 1);
-      float sum = 0.0f;
-      for (int r = 0; r < splits; ++r) sum += cluster.map_shared_rank(partial, r)[i * kThreads + tid];
-      if (m < a.m && n < a.n) a.out[m * a.out_stride + n] = sum;
+      for (int i = 0; i < kSlots; ++i) {
+        if (i % splits != rank) continue;
+        float part[kRanks];
+#pragma unroll
+        for (int r = 0; r < kRanks; ++r) {
+          part[r] = r < splits ? cluster.map_shared_rank(partial, r)[(h * kSlots + i) * kThreads + tid] : 0.0f;
+        }
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRanks; ++r) {
+          if (r < splits) sum += part[r];
+        }
+        const int64_t n = out_row(tile - held + h, i);
+        const int m = x_row(i);
+        if (m < a.m && n < a.n) a.out[m * a.out_stride + n] = sum;
+      }
     }
     cluster.sync();  // each block's partials stay until every block of the cluster has read them
   }
@@ -389,12 +454,12 @@ __global__ void __launch_bounds__(kThreads) mm_x8_kernel(const __grid_constant__
 
 template <DType W, int NT = kCudaMmX8TileRows / 8>
 void register_x8(KernelRegistry& registry) {
-  constexpr int bytes = Ring<W>::ring_bytes + NT * 4 * kThreads * 4 + static_cast<int>(kCudaMmX8XBytes);
+  constexpr int bytes = Ring<W>::ring_bytes + kFlushTiles * NT * 4 * kThreads * 4 + static_cast<int>(kCudaMmX8XBytes);
   static_assert(bytes <= 227 * 1024, "shared memory");
   const auto shared = static_cast<uint32_t>(bytes);
   Kernel kernel = make_cuda_kernel<ops::MatmulArgs>(
-      "mm_x8_" + std::string(dtype_name(W)) + "_f32",
-      reinterpret_cast<const void*>(&mm_x8_kernel<W, NT>), kThreads, true, shared);
+      "mm_x8_" + std::string(dtype_name(W)) + "_f32", reinterpret_cast<const void*>(&mm_x8_kernel<W, NT>),
+      kThreads, true, shared);
   kernel.cluster_rows = true;
   registry.add(std::move(kernel));
 }

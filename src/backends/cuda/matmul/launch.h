@@ -102,20 +102,24 @@ LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t sha
 /// values: K a whole number of stages, weight rows whole 16-byte words (q6_k: 8-byte words)
 /// at such an address. K is split among the `splits` blocks of a cluster (one per stage, at
 /// most kMaxClusterBlocks; a block's int8 x, kCudaMmX8XRowBytes per row and stage, fits
-/// kCudaMmX8XBytes); each block rounds its range of x to int8 once and takes N tiles of 64
-/// rows in turn; grid {splits, tile groups}, about 2 blocks per SM. Dynamic shared memory: a weight
-/// ring of up to kCudaMmX8RingBytes and the partial sums of a tile (together the kernel's
-/// max_shared_bytes less kCudaMmX8XBytes), then that x.
+/// kCudaMmX8XBytes); each block of 8 warps rounds its range of x to int8 once and takes N
+/// tiles of kCudaMmX8BlockRows rows in turn; grid {splits, tile groups}, about 2 blocks per
+/// SM. Dynamic shared memory: a weight ring of up to kCudaMmX8RingBytes (at least 3 stages)
+/// and the partial sums of kCudaMmX8FlushTiles tiles (together the kernel's max_shared_bytes
+/// less kCudaMmX8XBytes), then that x. One split per stage up to the cluster's 8: fewer,
+/// longer splits make the whole batched step slower (onepass bench --parallel 8).
 /// 8 rows: the mv kernels' dp4a work grows with the rows of x and is largest there, while
 /// this kernel's cost is that of a whole tile (onepass bench --parallel 8).
 inline constexpr int64_t kCudaMmX8MinRows = 8;
 inline constexpr int64_t kCudaMmX8MaxRows = 8;
 inline constexpr int64_t kCudaMmX8TileRows = 8;
 inline constexpr int64_t kCudaMmX8StageK = 256;
+inline constexpr int64_t kCudaMmX8BlockRows = 128;  // weight rows of a block: 16 per warp
 inline constexpr int64_t kCudaMmX8RingBytes = 56 * 1024;
-inline constexpr int64_t kCudaMmX8ScaleRowBytes = 80;
+inline constexpr int64_t kCudaMmX8ScaleRowBytes = 144;
 inline constexpr int64_t kCudaMmX8XRowBytes = kCudaMmX8StageK + 16 + kCudaMmX8ScaleRowBytes;
 inline constexpr int64_t kCudaMmX8XBytes = 96 * 1024;
+inline constexpr int kCudaMmX8FlushTiles = 4;
 bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address);
 int64_t cuda_mm_x8_splits(int64_t k);
 LaunchDims cuda_mm_x8_dims(int64_t n, int64_t k, int sms, uint32_t max_shared_bytes);

@@ -59,14 +59,14 @@ LaunchDims cuda_mm_x8_dims(int64_t n, int64_t k, int sms, uint32_t max_shared_by
   const int64_t splits = cuda_mm_x8_splits(k);
   const int64_t stages = k / kCudaMmX8StageK;
   const int64_t per = (stages + splits - 1) / splits;
-  const int64_t n_tiles = (n + 63) / 64;
+  const int64_t n_tiles = (n + kCudaMmX8BlockRows - 1) / kCudaMmX8BlockRows;
   // About 2 blocks per SM, each group of splits taking an even share of the tiles.
   const int64_t groups = std::clamp<int64_t>((2 * int64_t{std::max(1, sms)} + splits - 1) / splits, 1, n_tiles);
   const int64_t tiles_per_group = (n_tiles + groups - 1) / groups;
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(splits);
   dims.grid.y = static_cast<uint32_t>(std::min<int64_t>((n_tiles + tiles_per_group - 1) / tiles_per_group, 65535));
-  dims.block.x = 128;
+  dims.block.x = static_cast<uint32_t>(2 * kCudaMmX8BlockRows);
   dims.shared_bytes = static_cast<uint32_t>(max_shared_bytes - kCudaMmX8XBytes +
                                             per * kCudaMmX8TileRows * kCudaMmX8XRowBytes);
   return dims;
