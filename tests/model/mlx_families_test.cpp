@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -60,9 +61,12 @@ std::string run_tool(const std::string& args) {
 }
 
 // Converts `gguf` into `dir` (kept between runs of the same file and scripts) with its
-// matrices in `type`: f16, or q<bits>_<group> for mlx's affine quantisation.
-std::string convert(const fs::path& gguf, const fs::path& dir, const std::string& type = "f16") {
-  return run_tool("convert " + quote(gguf.string()) + " " + quote(dir.string()) + " " + type);
+// matrices in `type`: f16, or q<bits>_<group> for mlx's affine quantisation; a mixture's
+// experts `stacked` as mlx-lm writes them or `per-expert` as Hugging Face checkpoints keep them.
+std::string convert(const fs::path& gguf, const fs::path& dir, const std::string& type = "f16",
+                    const std::string& layout = "stacked") {
+  return run_tool("convert " + quote(gguf.string()) + " " + quote(dir.string()) + " " + type +
+                  " " + layout);
 }
 
 // The configuration both loaders derive; the MLX side runs Hugging Face's rotate-half RoPE
@@ -241,9 +245,20 @@ void PrintTo(const FamilyCase& c, std::ostream* out) { *out << c.shape << " " <<
 
 class MlxFamily : public ::testing::TestWithParam<FamilyCase> {};
 
-TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
-  const FamilyCase param = GetParam();
-  ModelShape shape = *find_model_shape(param.shape);
+// A mixture whose directory holds the GGUF file's values bit for bit and computes them in the
+// same order: f16 or bf16 matrices, or q8_0's blocks as 8-bit groups of 32 (re-laid as the
+// same q8_0 blocks); norms and routers kept f32 (a quantised directory's routers route both
+// runs); and no Q/K row permutation (which Mixtral's "llama" GGUF files have and Hugging
+// Face's layout undoes).
+bool exact_twin(const ModelShape& shape, std::string_view type) {
+  return shape.experts > 0 && shape.architecture != "llama" &&
+         (type == "f16" || type == "bf16" || type == "q8_32");
+}
+
+// A family's random model, shrunk to test size (mixtures: enough experts that some get no
+// token of a prompt).
+ModelShape test_shape(const char* name, int64_t head_dim) {
+  ModelShape shape = *find_model_shape(name);
   shape.hidden = 128;
   shape.ffn = 256;
   shape.layers =
@@ -251,14 +266,20 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   shape.heads = 4;
   shape.kv_heads = shape.architecture == "phi3" ? 4 : 2;
   shape.vocab = 1024;
-  shape.head_dim = param.head_dim;
+  shape.head_dim = head_dim;
   if (shape.sliding_window > 0) shape.sliding_window = 6;  // shorter than the prompts
-  if (shape.experts > 0) {  // enough experts that some get no token of a prompt
+  if (shape.experts > 0) {
     shape.experts = shape.architecture == "llama" ? 8 : 16;
     shape.experts_used = shape.architecture == "llama" ? 2 : 4;
     shape.expert_ffn = shape.expert_ffn > 0 ? 64 : 0;
   }
   shape.context = 256;
+  return shape;
+}
+
+TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
+  const FamilyCase param = GetParam();
+  const ModelShape shape = test_shape(param.shape, param.head_dim);
   const fs::path dir =
       fs::temp_directory_path() / cat("onepass_mlx_family_", ::getpid(), "_", param.shape);
   fs::remove_all(dir);
@@ -275,7 +296,7 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
             std::string(param.type).starts_with("q"));
   if (shape.experts > 0 && std::string(param.type).starts_with("q")) {
     // Routers as mlx-lm quantises them: Qwen3-MoE's by a per-layer entry of 8 bits in
-    // groups of 64, Mixtral's as the other matrices.
+    // groups of 64, Mixtral's and OLMoE's as the other matrices.
     const std::optional<HostTensor> router =
         open_model(dir / "mlx")->find("blk.1.ffn_gate_inp.weight");
     ASSERT_TRUE(router.has_value() && router->affine.has_value());
@@ -295,6 +316,11 @@ TEST_P(MlxFamily, DirectoryConvertedFromGgufMatchesIt) {
   EXPECT_LT(a.max_error, 1e-2);
   EXPECT_LT(a.mean_kl, 1e-5);
   EXPECT_GE(a.top1_agree + 2, a.positions);
+  // Qwen3-MoE and OLMoE in f16, bf16 or q8_32: the directory holds the GGUF file's very
+  // values in the same RoPE layout, so the logits are the same bits.
+  if (exact_twin(shape, param.type)) {
+    EXPECT_EQ(a.max_error, 0.0);
+  }
   fs::remove_all(dir);
 }
 
@@ -314,7 +340,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlxFamily,
                                            FamilyCase{"qwen3-30b-a3b", 32, DType::q8_0, "q8_32"},
                                            FamilyCase{"mixtral-8x7b", 0, DType::q8_0, "q8_32"},
                                            FamilyCase{"qwen3-30b-a3b", 32, DType::q4_1, "q4_32"},
-                                           FamilyCase{"mixtral-8x7b", 0, DType::q4_1, "q4_32"}),
+                                           FamilyCase{"mixtral-8x7b", 0, DType::q4_1, "q4_32"},
+                                           FamilyCase{"olmoe-1b-7b", 0},
+                                           FamilyCase{"olmoe-1b-7b", 0, DType::bf16, "bf16"},
+                                           FamilyCase{"olmoe-1b-7b", 0, DType::q8_0, "q8_32"},
+                                           FamilyCase{"olmoe-1b-7b", 0, DType::q4_1, "q4_32"}),
                          [](const auto& param_info) {
                            std::string name =
                                std::string(param_info.param.shape) + "_" + param_info.param.type;
@@ -438,7 +468,7 @@ TEST(MlxGemma3, ConfigErrorsNameTheKey) {
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& c) { c["model_type"] = "gemma3n"; },
        "model_type 'gemma3n' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
-       "gemma3, phi3, qwen3_moe, mixtral)"},
+       "gemma3, phi3, qwen3_moe, mixtral, olmoe)"},
       {[](nlohmann::json& c) { c["hidden_activation"] = "relu"; },
        "activation 'relu' is not supported"},
       {[](nlohmann::json& c) { c["layer_types"][1] = "full_attention"; },
@@ -564,16 +594,225 @@ TEST(MlxQwen3Moe, ConfigErrorsNameTheKey) {
   std::ofstream(dir / "mlx" / "config.json") << unnormalised.dump(1);
   EXPECT_EQ(open_model(dir / "mlx")->config().expert_weighting, ExpertWeighting::softmax_all);
 
-  // A Hugging Face checkpoint's per-expert tensors are named as such.
+  // A per-expert tensor beside the stacked ones is named as such.
   std::ofstream(dir / "mlx" / "config.json") << good.dump(1);
   rename_tensors(dir / "mlx" / "model.safetensors", [](const std::string& name) { return name; },
                  {{"model.layers.0.mlp.experts.0.gate_proj.weight",
                    {{"dtype", "F16"}, {"shape", {64, 128}}, {"bytes", 64 * 128 * 2}}}});
   const std::string error = error_with([](nlohmann::json&) {});
-  EXPECT_NE(error.find("the experts are separate tensors (model.layers.0.mlp.experts.0....); "
-                       "expected mlx-lm's stacked model.layers.0.mlp.switch_mlp."),
+  EXPECT_NE(error.find("tensor 'model.layers.0.mlp.switch_mlp.gate_proj.weight' holds the experts "
+                       "stacked, but 'model.layers.0.mlp.experts.0.gate_proj.weight' holds one "
+                       "expert; expected one layout"),
             std::string::npos)
       << error;
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// OLMoE config.json keys
+
+TEST(MlxOlmoe, ConfigKeys) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_olmoe_keys_", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  make_model(test_shape("olmoe-1b-7b", 0), DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
+  const std::string made = convert(dir / "model.gguf", dir / "mlx");
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  const nlohmann::json good = read_config(dir / "mlx");
+  auto config_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json config = good;
+    edit(config);
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    return open_model(dir / "mlx")->config();
+  };
+  // Q and K norms over the whole projections; top-k weights a share of the softmax over all
+  // experts unless norm_topk_prob (absent: false, as OlmoeConfig).
+  const LlamaConfig plain = config_with([](nlohmann::json& c) { c.erase("norm_topk_prob"); });
+  EXPECT_EQ(plain.architecture, "olmoe");
+  EXPECT_TRUE(plain.qk_norm && plain.qk_norm_whole);
+  EXPECT_EQ(plain.expert_weighting, ExpertWeighting::softmax_all);
+  EXPECT_EQ(plain.expert_ffn, plain.ffn);  // intermediate_size is one expert's
+  EXPECT_EQ(config_with([](nlohmann::json& c) { c["norm_topk_prob"] = true; }).expert_weighting,
+            ExpertWeighting::softmax_selected);
+  // OlmoeConfig's defaults: 64 experts, 8 used.
+  const LlamaConfig defaults = [&] {
+    nlohmann::json config = good;
+    config.erase("num_experts");
+    config.erase("num_experts_per_tok");
+    std::ofstream(dir / "mlx" / "config.json") << config.dump(1);
+    return open_model(dir / "mlx")->config();
+  }();
+  EXPECT_EQ(defaults.experts, 64);
+  EXPECT_EQ(defaults.experts_used, 8);
+  const std::string clip =
+      config_error(dir / "mlx", good, [](nlohmann::json& c) { c["clip_qkv"] = 8.0; });
+  EXPECT_NE(clip.find("'clip_qkv' is 8.0; clamping Q, K and V is not supported"), std::string::npos)
+      << clip;
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// Hugging Face checkpoints: one tensor per expert
+
+// The teacher-forced logits of `prompt` (as the directory's tokenizer splits it).
+std::vector<float> logits_of(const fs::path& model_path, const std::string& prompt) {
+  const auto source = open_model(model_path);
+  const Tokenizer tokenizer(*source->tokenizer_data());
+  LlamaModel model(testing::cpu_backend(), *source, LoadOptions{.context = 256});
+  const auto logits = model.evaluate(tokenizer.encode(prompt));
+  return {logits.begin(), logits.end()};
+}
+
+struct PerExpertCase {
+  const char* shape;
+  int64_t head_dim;
+  DType gguf_type = DType::f16;
+  const char* type = "f16";
+};
+
+void PrintTo(const PerExpertCase& c, std::ostream* out) { *out << c.shape << " " << c.type; }
+
+class MlxPerExpert : public ::testing::TestWithParam<PerExpertCase> {};
+
+// The same GGUF file converted twice, its experts stacked and one tensor per expert: the
+// per-expert directory gives the stacked one's logits bit for bit (the same values stacked
+// on loading), and the GGUF file's as MlxFamily requires them.
+TEST_P(MlxPerExpert, PerExpertTensorsMatchTheStackedOnes) {
+  const PerExpertCase param = GetParam();
+  const ModelShape shape = test_shape(param.shape, param.head_dim);
+  const fs::path dir =
+      fs::temp_directory_path() / cat("onepass_mlx_per_expert_", ::getpid(), "_", param.shape);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  make_model(shape, param.gguf_type, dir / "model.gguf", MakeModelOptions{.seed = seed});
+  for (const char* layout : {"stacked", "per-expert"}) {
+    const std::string converted = convert(dir / "model.gguf", dir / layout, param.type, layout);
+    if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
+    ASSERT_TRUE(converted.empty()) << converted;
+  }
+  const std::string module = shape.architecture == "llama" ? "block_sparse_moe" : "mlp";
+  const std::string gate = shape.architecture == "llama" ? "w1" : "gate_proj";
+  const auto per_expert = open_model(dir / "per-expert");
+  const std::optional<HostTensor> stacked = per_expert->find("blk.1.ffn_gate_exps.weight");
+  ASSERT_TRUE(stacked.has_value());
+  ASSERT_EQ(stacked->parts.size(), static_cast<size_t>(shape.experts));
+  EXPECT_EQ(stacked->parts[3].name, cat("model.layers.1.", module, ".experts.3.", gate, ".weight"));
+  EXPECT_EQ(stacked->affine.has_value(), std::string(param.type).starts_with("q"));
+  EXPECT_TRUE(open_model(dir / "stacked")->find("blk.1.ffn_gate_exps.weight")->parts.empty());
+
+  for (const std::string& prompt : kPrompts) {
+    SCOPED_TRACE("prompt '" + prompt + "'");
+    const std::vector<float> want = logits_of(dir / "stacked", prompt);
+    const std::vector<float> got = logits_of(dir / "per-expert", prompt);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
+  const Agreement a = compare(dir / "model.gguf", dir / "per-expert", kPrompts, 8, 256);
+  std::printf("[ %-13s %-5s per-expert] %zu positions: max |error| %.2e, mean KL %.2e, top-1 %zu/%zu\n",
+              param.shape, param.type, a.positions, a.max_error, a.mean_kl, a.top1_agree,
+              a.positions);
+  EXPECT_LT(a.max_error, 1e-2);
+  EXPECT_LT(a.mean_kl, 1e-5);
+  EXPECT_GE(a.top1_agree + 2, a.positions);
+  if (exact_twin(shape, param.type)) {
+    EXPECT_EQ(a.max_error, 0.0);
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlxPerExpert,
+                         ::testing::Values(PerExpertCase{"qwen3-30b-a3b", 32},
+                                           PerExpertCase{"mixtral-8x7b", 0},
+                                           PerExpertCase{"olmoe-1b-7b", 0},
+                                           PerExpertCase{"olmoe-1b-7b", 0, DType::bf16, "bf16"},
+                                           PerExpertCase{"qwen3-30b-a3b", 32, DType::q8_0, "q8_32"},
+                                           PerExpertCase{"mixtral-8x7b", 0, DType::q4_1, "q4_32"}),
+                         [](const auto& param_info) {
+                           std::string name =
+                               std::string(param_info.param.shape) + "_" + param_info.param.type;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           std::replace(name.begin(), name.end(), '.', '_');
+                           return name;
+                         });
+
+// Per-expert tensors that do not make the stacked ones: each error names the tensor.
+TEST(MlxPerExpertErrors, NameTheTensor) {
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_per_expert_errors_", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  make_model(test_shape("qwen3-30b-a3b", 32), DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
+  const std::string made = convert(dir / "model.gguf", dir / "good", "f16", "per-expert");
+  if (made.starts_with("skip: ")) GTEST_SKIP() << made;
+  ASSERT_TRUE(made.empty()) << made;
+  const nlohmann::json good = read_config(dir / "good");
+  EXPECT_EQ(config_error(dir / "good", good, [](nlohmann::json&) {}), "");
+
+  // A copy of the directory whose safetensors file `edit` renames (and adds to).
+  auto error_after = [&](const std::function<std::string(const std::string&)>& rename,
+                         const nlohmann::json& extra,
+                         const std::function<void(nlohmann::json&)>& edit_config) {
+    fs::remove_all(dir / "bad");
+    fs::copy(dir / "good", dir / "bad");
+    rename_tensors(dir / "bad" / "model.safetensors", rename, extra);
+    return config_error(dir / "bad", good, edit_config);
+  };
+  auto same = [](const std::string& name) { return name; };
+  auto moved = [](const std::string& gone) {
+    return [gone](const std::string& name) { return name == gone ? "unused." + name : name; };
+  };
+  auto no_edit = [](nlohmann::json&) {};
+  const std::string e5 = "model.layers.1.mlp.experts.5.up_proj.weight";
+  const std::string e3 = "model.layers.0.mlp.experts.3.gate_proj.weight";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {error_after(moved(e5), nlohmann::json::object(), no_edit),
+       "no tensor 'model.layers.1.mlp.experts.5.up_proj.weight'; expected one tensor per expert "
+       "0..15 (num_experts), as 'model.layers.1.mlp.experts.0.up_proj.weight'"},
+      {error_after(same, nlohmann::json::object(), [](nlohmann::json& c) { c["num_experts"] = 15; }),
+       "' belongs to expert 15, but num_experts is 15 (expected experts 0..14)"},
+      {error_after(same, nlohmann::json::object(), [](nlohmann::json& c) { c["num_experts"] = 17; }),
+       "no tensor 'model.layers.0.mlp.experts.16.gate_proj.weight'; expected one tensor per "
+       "expert 0..16 (num_experts)"},
+      {error_after(moved(e3), {{e3, {{"dtype", "F16"}, {"shape", {32, 128}}, {"bytes", 32 * 128 * 2}}}},
+                   no_edit),
+       "tensor 'model.layers.0.mlp.experts.3.gate_proj.weight' is f16 [32, 128], but "
+       "'model.layers.0.mlp.experts.0.gate_proj.weight' is f16 [64, 128]; expected every "
+       "expert's tensor of one type and shape"},
+      {error_after(moved(e3), {{e3, {{"dtype", "F32"}, {"shape", {64, 128}}, {"bytes", 64 * 128 * 4}}}},
+                   no_edit),
+       "tensor 'model.layers.0.mlp.experts.3.gate_proj.weight' is f32 [64, 128], but "
+       "'model.layers.0.mlp.experts.0.gate_proj.weight' is f16 [64, 128]"},
+      {error_after(same,
+                   {{"model.layers.1.mlp.switch_mlp.down_proj.weight",
+                     {{"dtype", "F16"}, {"shape", {16, 128, 64}}, {"bytes", 16 * 128 * 64 * 2}}}},
+                   no_edit),
+       "tensor 'model.layers.1.mlp.switch_mlp.down_proj.weight' holds the experts stacked, but "
+       "'model.layers.1.mlp.experts.0.down_proj.weight' holds one expert; expected one layout"},
+  };
+  for (const auto& [error, expected] : cases) {
+    EXPECT_NE(error.find(expected), std::string::npos) << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find("mlx"), std::string::npos) << error;
+  }
+
+  // Every expert of one shape, but not the configuration's: the model names the tensors.
+  nlohmann::json narrow = good;
+  narrow["moe_intermediate_size"] = 32;
+  std::ofstream(dir / "good" / "config.json") << narrow.dump(1);
+  try {
+    const auto source = open_model(dir / "good");
+    LlamaModel model(testing::cpu_backend(), *source, LoadOptions{.context = 64});
+    ADD_FAILURE() << "loaded experts of 64 rows as 32";
+  } catch (const Error& e) {
+    const std::string error = e.what();
+    EXPECT_NE(error.find("tensor 'model.layers.0.mlp.experts.*.gate_proj.weight' has shape [16, 64, "
+                         "128], expected [16, 32, 128]"),
+              std::string::npos)
+        << error;
+  }
   fs::remove_all(dir);
 }
 

@@ -22,7 +22,7 @@ enum class FfnActivation : uint8_t { silu, gelu_tanh };
 /// How a mixture-of-experts router's logits weight the experts it selects.
 enum class ExpertWeighting : uint8_t {
   softmax_selected,  // softmax over the selected experts' logits (Mixtral, Qwen3-MoE)
-  softmax_all,       // softmax over all experts, not renormalised (OLMoE)
+  softmax_all,       // softmax over all experts, not renormalised (OLMoE, Qwen3-MoE without norm_topk_prob)
 };
 
 /// Hyper-parameters of a decoder-only transformer. One forward pass serves every family;
@@ -123,6 +123,10 @@ struct HostTensor {
   std::optional<AffineFormat> affine;
   const void* scales = nullptr;
   const void* biases = nullptr;
+  /// A tensor stored as slices of its outermost dimension, one tensor each (a Hugging Face
+  /// checkpoint's experts): `data` is null, `shape` and `bytes` are the stacked tensor's,
+  /// and each part holds one slice, in order, of the same type and shape.
+  std::vector<HostTensor> parts;
 };
 
 class ModelSource {
