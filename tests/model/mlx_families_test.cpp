@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "onepass/backends/factory.h"
 #include "onepass/core/error.h"
 #include "onepass/model/llama.h"
 #include "onepass/model/loader.h"
@@ -738,6 +739,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlxPerExpert,
                            std::replace(name.begin(), name.end(), '.', '_');
                            return name;
                          });
+
+// The CUDA backend takes the same stacked tensors: a per-expert directory's logits there are
+// the stacked directory's, bit for bit.
+TEST(MlxPerExpert, GpuLoadsTheSameStackedTensors) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device available";
+  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_per_expert_gpu_", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  struct Case {
+    const char* shape;
+    int64_t head_dim;
+    const char* type;
+  };
+  for (const Case c : {Case{"qwen3-30b-a3b", 32, "f16"}, Case{"olmoe-1b-7b", 0, "bf16"},
+                       Case{"mixtral-8x7b", 0, "q4_32"}, Case{"olmoe-1b-7b", 0, "q8_32"}}) {
+    SCOPED_TRACE(cat(c.shape, " ", c.type));
+    const fs::path gguf = dir / cat(c.shape, ".gguf");
+    make_model(test_shape(c.shape, c.head_dim), DType::f16, gguf, MakeModelOptions{.seed = seed});
+    std::vector<std::vector<float>> logits;
+    for (const char* layout : {"stacked", "per-expert"}) {
+      const fs::path mlx = dir / cat(c.shape, "_", c.type, "_", layout);
+      const std::string converted = convert(gguf, mlx, c.type, layout);
+      if (converted.starts_with("skip: ")) GTEST_SKIP() << converted;
+      ASSERT_TRUE(converted.empty()) << converted;
+      const auto source = open_model(mlx);
+      const Tokenizer tokenizer(*source->tokenizer_data());
+      LlamaModel model(make_cuda_backend(0, testing::test_options()), *source,
+                       LoadOptions{.context = 256});
+      const auto got = model.evaluate(tokenizer.encode(kPrompts[2]));
+      logits.emplace_back(got.begin(), got.end());
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0);
+  }
+  fs::remove_all(dir);
+}
 
 // A field of /proc/self/status in bytes ("VmRSS", "VmHWM").
 int64_t status_bytes(const std::string& field) {
