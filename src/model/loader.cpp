@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -618,11 +619,14 @@ class MlxSource final : public ModelSource {
   // stacked tensor of the same weights.
   void check_per_expert_tensors(const char* count_key) const {
     const std::string dir = model_.dir().string();
+    std::set<int64_t> layers;  // those with per-expert tensors
     for (const TensorInfo& t : model_.tensors()) {
       const std::optional<int64_t> expert = expert_of(t.name, layout_);
-      check(!expert || *expert < config_.experts, "mlx", dir, ": tensor '", t.name,
-            "' belongs to expert ", expert.value_or(0), ", but ", count_key, " is ",
-            config_.experts, " (expected experts 0..", config_.experts - 1, ")");
+      if (!expert) continue;
+      check(*expert < config_.experts, "mlx", dir, ": tensor '", t.name, "' belongs to expert ",
+            *expert, ", but ", count_key, " is ", config_.experts, " (expected experts 0..",
+            config_.experts - 1, ")");
+      layers.insert(*block_of(t.name, layout_.model + "layers."));
     }
     auto has = [&](const std::string& name) {
       return model_.find(name) != nullptr || model_.is_quantized(name);
@@ -638,7 +642,7 @@ class MlxSource final : public ModelSource {
       const TensorInfo& t = model_.tensor(name);
       return {std::string(dtype_name(t.dtype)), t.shape};
     };
-    for (int64_t l = 0; l < config_.layers; ++l) {
+    for (const int64_t l : layers) {
       for (const char* part : {"gate", "up", "down"}) {
         const std::string gguf = cat("blk.", l, ".ffn_", part, "_exps.weight");
         std::optional<std::string> present;  // the first expert's tensor found

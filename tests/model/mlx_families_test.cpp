@@ -832,9 +832,11 @@ TEST(MlxPerExpert, LoadKeepsTheWeightsResidentOnce) {
                 "%.1f MB per expert\n",
                 type, weights / 1e6, static_cast<double>(stacked) / 1e6,
                 static_cast<double>(per_expert) / 1e6);
-    // One expert's matrix is 0.26 MB in f16; a second copy of the experts would be ~0.9x the
-    // weights.
-    EXPECT_LE(static_cast<double>(per_expert), static_cast<double>(stacked) + 0.1 * weights);
+    // A second copy of the experts would add ~0.9x the weights. What per-expert tensors may
+    // add: one expert's re-laid copy (0.08 MB in q4_1) and the file pages each small tensor
+    // shares with its neighbours, which stay mapped until the load ends (~0.1x here, where a
+    // quantised expert's scales and biases are 8 KB each).
+    EXPECT_LE(static_cast<double>(per_expert), static_cast<double>(stacked) + 0.25 * weights);
   }
   fs::remove_all(dir);
 }
