@@ -773,9 +773,10 @@ class MlxSource final : public ModelSource {
                                    : ExpertWeighting::softmax_all;
     if (olmoe) {
       // OLMoE may clamp Q, K and V to [-clip_qkv, clip_qkv]; OLMoE-1B-7B does not.
-      const auto clip = j.find("clip_qkv");
-      check(clip == j.end() || clip->is_null(), "mlx", file, ": 'clip_qkv' is ", clip->dump(),
-            "; clamping Q, K and V is not supported (expected null)");
+      if (const auto clip = j.find("clip_qkv"); clip != j.end() && !clip->is_null()) {
+        fail("mlx", file, ": 'clip_qkv' is ", clip->dump(),
+             "; clamping Q, K and V is not supported (expected null)");
+      }
     }
     if (!qwen) return;
     // A layer is sparse unless it is in mlp_only_layers or (layer + 1) is not a multiple of

@@ -630,7 +630,10 @@ TEST(MlxOlmoe, ConfigKeys) {
   };
   // Q and K norms over the whole projections; top-k weights a share of the softmax over all
   // experts unless norm_topk_prob (absent: false, as OlmoeConfig).
-  const LlamaConfig plain = config_with([](nlohmann::json& c) { c.erase("norm_topk_prob"); });
+  const LlamaConfig plain = config_with([](nlohmann::json& c) {
+    c.erase("norm_topk_prob");
+    c.erase("clip_qkv");
+  });
   EXPECT_EQ(plain.architecture, "olmoe");
   EXPECT_TRUE(plain.qk_norm && plain.qk_norm_whole);
   EXPECT_EQ(plain.expert_weighting, ExpertWeighting::softmax_all);
