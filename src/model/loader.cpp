@@ -141,9 +141,9 @@ struct MlxFamily {
 };
 
 constexpr MlxFamily kMlxFamilies[] = {
-    {"llama", "llama"},   {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
-    {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
-    {"qwen3_moe", "qwen3moe"}, {"mixtral", "llama"},       {"olmoe", "olmoe"},
+    {"llama", "llama"},        {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
+    {"gemma2", "gemma2"},      {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
+    {"qwen3_moe", "qwen3moe"}, {"mixtral", "llama"},      {"olmoe", "olmoe"},
 };
 
 std::string mlx_model_types() {
@@ -217,8 +217,8 @@ std::string per_expert_name(std::string_view gguf, int64_t expert, const MlxLayo
   const std::string_view module = part == "gate" ? layout.expert_gate
                                   : part == "up" ? layout.expert_up
                                                  : layout.expert_down;
-  return cat(layout.model, "layers.", *block_of(gguf, "blk."), ".", layout.moe, "experts.", expert, ".",
-             module, ".weight");
+  return cat(layout.model, "layers.", *block_of(gguf, "blk."), ".", layout.moe, "experts.", expert,
+             ".", module, ".weight");
 }
 
 // The expert a Hugging Face per-expert tensor belongs to ("model.layers.3.mlp.experts.12.w1.weight"
@@ -651,15 +651,17 @@ class MlxSource final : public ModelSource {
         }
         if (!present) continue;  // stacked, or missing: the model's shape checks name it
         const std::string stacked = hf_name(gguf, layout_);
-        check(!has(stacked), "mlx", dir, ": tensor '", stacked, "' holds the experts stacked, but '",
-              *present, "' holds one expert; expected one layout");
+        check(!has(stacked), "mlx", dir, ": tensor '", stacked,
+              "' holds the experts stacked, but '", *present,
+              "' holds one expert; expected one layout");
         const auto [type, shape] = form(*present);
         check(shape.ndim() == 2, "mlx", dir, ": tensor '", *present, "' has shape ", shape.str(),
               ", expected one expert's matrix [out, in]");
         for (int64_t e = 0; e < config_.experts; ++e) {
           const std::string name = per_expert_name(gguf, e, layout_);
-          check(has(name), "mlx", dir, ": no tensor '", name, "'; expected one tensor per expert 0..",
-                config_.experts - 1, " (", count_key, "), as '", *present, "'");
+          check(has(name), "mlx", dir, ": no tensor '", name,
+                "'; expected one tensor per expert 0..", config_.experts - 1, " (", count_key,
+                "), as '", *present, "'");
           const auto [other_type, other_shape] = form(name);
           check(other_type == type && other_shape == shape, "mlx", dir, ": tensor '", name, "' is ",
                 other_type, " ", other_shape.str(), ", but '", *present, "' is ", type, " ",

@@ -143,8 +143,10 @@ HostTensor expert_part(const AffineWeight& w) {
 
 // Symmetric 8-bit groups (w = d * (q - 128)), which re-lay as q8_0 blocks.
 void make_symmetric(AffineWeight& w, int64_t rows, int64_t cols) {
-  for (size_t g = 0; g < w.scales.size(); ++g) w.biases[g] = f32_to_f16(-128.0f * f16_to_f32(w.scales[g]));
-  ops::affine_dequantize(w.format, w.packed.data(), w.scales.data(), w.biases.data(), rows, cols, w.values.data());
+  for (size_t g = 0; g < w.scales.size(); ++g)
+    w.biases[g] = f32_to_f16(-128.0f * f16_to_f32(w.scales[g]));
+  ops::affine_dequantize(w.format, w.packed.data(), w.scales.data(), w.biases.data(), rows, cols,
+                         w.values.data());
 }
 
 TEST(AffineRelayout, ExpertsStoredApartShareOneType) {
@@ -158,12 +160,14 @@ TEST(AffineRelayout, ExpertsStoredApartShareOneType) {
   const AffineWeight asymmetric = random_weight({8, 32, DType::f16}, 1, 4, 128, rng);
 
   // Experts that each re-lay as q8_0 stay q8_0.
-  const RelayoutForms blocks = common_relayout_forms({expert_part(symmetric), expert_part(also_symmetric)});
+  const RelayoutForms blocks =
+      common_relayout_forms({expert_part(symmetric), expert_part(also_symmetric)});
   EXPECT_TRUE(blocks.blocks);
   EXPECT_EQ(relayout_affine(expert_part(also_symmetric), blocks).dtype, DType::q8_0);
 
   // One q8_0 expert beside an f16 one: both as f16 values.
-  const RelayoutForms values = common_relayout_forms({expert_part(symmetric), expert_part(asymmetric)});
+  const RelayoutForms values =
+      common_relayout_forms({expert_part(symmetric), expert_part(asymmetric)});
   EXPECT_FALSE(values.blocks);
   EXPECT_TRUE(values.f16);
   for (const AffineWeight* w : {&std::as_const(symmetric), &asymmetric}) {

@@ -66,8 +66,8 @@ std::string run_tool(const std::string& args) {
 // experts `stacked` as mlx-lm writes them or `per-expert` as Hugging Face checkpoints keep them.
 std::string convert(const fs::path& gguf, const fs::path& dir, const std::string& type = "f16",
                     const std::string& layout = "stacked") {
-  return run_tool("convert " + quote(gguf.string()) + " " + quote(dir.string()) + " " + type +
-                  " " + layout);
+  return run_tool("convert " + quote(gguf.string()) + " " + quote(dir.string()) + " " + type + " " +
+                  layout);
 }
 
 // The configuration both loaders derive; the MLX side runs Hugging Face's rotate-half RoPE
@@ -676,7 +676,9 @@ struct PerExpertCase {
   const char* type = "f16";
 };
 
-void PrintTo(const PerExpertCase& c, std::ostream* out) { *out << c.shape << " " << c.type; }
+void PrintTo(const PerExpertCase& c, std::ostream* out) {
+  *out << c.shape << " " << c.type;
+}
 
 class MlxPerExpert : public ::testing::TestWithParam<PerExpertCase> {};
 
@@ -716,9 +718,9 @@ TEST_P(MlxPerExpert, PerExpertTensorsMatchTheStackedOnes) {
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   }
   const Agreement a = compare(dir / "model.gguf", dir / "per-expert", kPrompts, 8, 256);
-  std::printf("[ %-13s %-5s per-expert] %zu positions: max |error| %.2e, mean KL %.2e, top-1 %zu/%zu\n",
-              param.shape, param.type, a.positions, a.max_error, a.mean_kl, a.top1_agree,
-              a.positions);
+  std::printf(
+      "[ %-13s %-5s per-expert] %zu positions: max |error| %.2e, mean KL %.2e, top-1 %zu/%zu\n",
+      param.shape, param.type, a.positions, a.max_error, a.mean_kl, a.top1_agree, a.positions);
   EXPECT_LT(a.max_error, 1e-2);
   EXPECT_LT(a.mean_kl, 1e-5);
   EXPECT_GE(a.top1_agree + 2, a.positions);
@@ -815,7 +817,8 @@ TEST(MlxPerExpert, LoadKeepsTheWeightsResidentOnce) {
   const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_per_expert_rss_", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
-  make_model(shape, DType::f16, dir / "model.gguf", MakeModelOptions{.seed = testing::fresh_seed()});
+  make_model(shape, DType::f16, dir / "model.gguf",
+             MakeModelOptions{.seed = testing::fresh_seed()});
   for (const char* type : {"f16", "q4_32"}) {
     for (const char* layout : {"stacked", "per-expert"}) {
       const std::string converted =
@@ -827,14 +830,16 @@ TEST(MlxPerExpert, LoadKeepsTheWeightsResidentOnce) {
   (void)load_peak_growth(dir / "f16_stacked");  // what the first load sets up once
   for (const char* type : {"f16", "q4_32"}) {
     SCOPED_TRACE(type);
-    const auto weights = static_cast<double>(fs::file_size(dir / cat(type, "_stacked") / "model.safetensors"));
+    const auto weights =
+        static_cast<double>(fs::file_size(dir / cat(type, "_stacked") / "model.safetensors"));
     const int64_t stacked = load_peak_growth(dir / cat(type, "_stacked"));
     const int64_t per_expert = load_peak_growth(dir / cat(type, "_per-expert"));
     if (stacked < 0 || per_expert < 0) GTEST_SKIP() << "the peak resident set cannot be reset";
-    std::printf("[ %-5s] %.1f MB of weights raised the peak resident set by %.1f MB stacked, "
-                "%.1f MB per expert\n",
-                type, weights / 1e6, static_cast<double>(stacked) / 1e6,
-                static_cast<double>(per_expert) / 1e6);
+    std::printf(
+        "[ %-5s] %.1f MB of weights raised the peak resident set by %.1f MB stacked, "
+        "%.1f MB per expert\n",
+        type, weights / 1e6, static_cast<double>(stacked) / 1e6,
+        static_cast<double>(per_expert) / 1e6);
     // A second copy of the experts would add ~0.9x the weights. What per-expert tensors may
     // add: one expert's re-laid copy (0.08 MB in q4_1) and the file pages each small tensor
     // shares with its neighbours, which stay mapped until the load ends (~0.1x here, where a
@@ -846,7 +851,8 @@ TEST(MlxPerExpert, LoadKeepsTheWeightsResidentOnce) {
 
 // Per-expert tensors that do not make the stacked ones: each error names the tensor.
 TEST(MlxPerExpertErrors, NameTheTensor) {
-  const fs::path dir = fs::temp_directory_path() / cat("onepass_mlx_per_expert_errors_", ::getpid());
+  const fs::path dir =
+      fs::temp_directory_path() / cat("onepass_mlx_per_expert_errors_", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   make_model(test_shape("qwen3-30b-a3b", 32), DType::f16, dir / "model.gguf",
@@ -877,17 +883,21 @@ TEST(MlxPerExpertErrors, NameTheTensor) {
       {error_after(moved(e5), nlohmann::json::object(), no_edit),
        "no tensor 'model.layers.1.mlp.experts.5.up_proj.weight'; expected one tensor per expert "
        "0..15 (num_experts), as 'model.layers.1.mlp.experts.0.up_proj.weight'"},
-      {error_after(same, nlohmann::json::object(), [](nlohmann::json& c) { c["num_experts"] = 15; }),
+      {error_after(same, nlohmann::json::object(),
+                   [](nlohmann::json& c) { c["num_experts"] = 15; }),
        "' belongs to expert 15, but num_experts is 15 (expected experts 0..14)"},
-      {error_after(same, nlohmann::json::object(), [](nlohmann::json& c) { c["num_experts"] = 17; }),
+      {error_after(same, nlohmann::json::object(),
+                   [](nlohmann::json& c) { c["num_experts"] = 17; }),
        "no tensor 'model.layers.0.mlp.experts.16.gate_proj.weight'; expected one tensor per "
        "expert 0..16 (num_experts)"},
-      {error_after(moved(e3), {{e3, {{"dtype", "F16"}, {"shape", {32, 128}}, {"bytes", 32 * 128 * 2}}}},
+      {error_after(moved(e3),
+                   {{e3, {{"dtype", "F16"}, {"shape", {32, 128}}, {"bytes", 32 * 128 * 2}}}},
                    no_edit),
        "tensor 'model.layers.0.mlp.experts.3.gate_proj.weight' is f16 [32, 128], but "
        "'model.layers.0.mlp.experts.0.gate_proj.weight' is f16 [64, 128]; expected every "
        "expert's tensor of one type and shape"},
-      {error_after(moved(e3), {{e3, {{"dtype", "F32"}, {"shape", {64, 128}}, {"bytes", 64 * 128 * 4}}}},
+      {error_after(moved(e3),
+                   {{e3, {{"dtype", "F32"}, {"shape", {64, 128}}, {"bytes", 64 * 128 * 4}}}},
                    no_edit),
        "tensor 'model.layers.0.mlp.experts.3.gate_proj.weight' is f32 [64, 128], but "
        "'model.layers.0.mlp.experts.0.gate_proj.weight' is f16 [64, 128]"},
@@ -899,7 +909,8 @@ TEST(MlxPerExpertErrors, NameTheTensor) {
        "'model.layers.1.mlp.experts.0.down_proj.weight' holds one expert; expected one layout"},
   };
   for (const auto& [error, expected] : cases) {
-    EXPECT_NE(error.find(expected), std::string::npos) << "expected '" << expected << "' in: " << error;
+    EXPECT_NE(error.find(expected), std::string::npos)
+        << "expected '" << expected << "' in: " << error;
     EXPECT_NE(error.find("mlx"), std::string::npos) << error;
   }
 
@@ -913,9 +924,10 @@ TEST(MlxPerExpertErrors, NameTheTensor) {
     ADD_FAILURE() << "loaded experts of 64 rows as 32";
   } catch (const Error& e) {
     const std::string error = e.what();
-    EXPECT_NE(error.find("tensor 'model.layers.0.mlp.experts.*.gate_proj.weight' has shape [16, 64, "
-                         "128], expected [16, 32, 128]"),
-              std::string::npos)
+    EXPECT_NE(
+        error.find("tensor 'model.layers.0.mlp.experts.*.gate_proj.weight' has shape [16, 64, "
+                   "128], expected [16, 32, 128]"),
+        std::string::npos)
         << error;
   }
   fs::remove_all(dir);

@@ -22,7 +22,7 @@ enum class FfnActivation : uint8_t { silu, gelu_tanh };
 /// How a mixture-of-experts router's logits weight the experts it selects.
 enum class ExpertWeighting : uint8_t {
   softmax_selected,  // softmax over the selected experts' logits (Mixtral, Qwen3-MoE)
-  softmax_all,       // softmax over all experts, not renormalised (OLMoE, Qwen3-MoE without norm_topk_prob)
+  softmax_all,       // softmax over all experts, not renormalised (OLMoE)
 };
 
 /// Hyper-parameters of a decoder-only transformer. One forward pass serves every family;
