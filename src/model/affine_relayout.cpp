@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
@@ -28,7 +29,7 @@ struct Layout {
 
 }  // namespace
 
-RelaidWeight relayout_affine(const HostTensor& t) {
+RelaidWeight relayout_affine(const HostTensor& t, RelayoutForms forms) {
   check(t.affine.has_value() && t.dtype == DType::u32 && t.shape.ndim() >= 1, "model", "tensor '",
         t.name, "' is not an MLX affine-quantised weight (packed u32 with scales and biases)");
   const AffineFormat& format = *t.affine;
@@ -63,7 +64,7 @@ RelaidWeight relayout_affine(const HostTensor& t) {
   out.shape = t.shape;
   out.shape[t.shape.ndim() - 1] = l.inputs;
 
-  bool blocks_fit = true;  // every scale and bias is an f16 value
+  bool blocks_fit = forms.blocks;  // every scale and bias is an f16 value
   bool symmetric = true;   // every bias is -128 x its scale
   for (int64_t g = 0; g < group_count && blocks_fit; ++g) {
     const float s = scale_value(format.scale_type, scales[g]);
@@ -112,6 +113,7 @@ RelaidWeight relayout_affine(const HostTensor& t) {
   // The values themselves, a row at a time: f16 unless one is beyond its range.
   std::vector<float> row(static_cast<size_t>(l.inputs));
   for (const DType type : {DType::f16, DType::f32}) {
+    if (type == DType::f16 && !forms.f16) continue;
     out.dtype = type;
     out.bytes.assign(static_cast<size_t>(l.rows * l.inputs) * dtype_bytes(type, 1), 0);
     bool in_range = true;
@@ -132,6 +134,22 @@ RelaidWeight relayout_affine(const HostTensor& t) {
     if (in_range) break;
   }
   return out;
+}
+
+RelayoutForms common_relayout_forms(const std::vector<HostTensor>& parts) {
+  for (const RelayoutForms forms : {RelayoutForms{}, RelayoutForms{.blocks = false},
+                                    RelayoutForms{.blocks = false, .f16 = false}}) {
+    std::optional<DType> type;
+    bool common = true;
+    for (const HostTensor& part : parts) {
+      const DType part_type = relayout_affine(part, forms).dtype;
+      common = !type || *type == part_type;
+      if (!common) break;
+      type = part_type;
+    }
+    if (common) return forms;
+  }
+  return RelayoutForms{.blocks = false, .f16 = false};  // not reached: f32 is every part's type
 }
 
 }  // namespace onepass::model

@@ -28,6 +28,18 @@ struct RelaidWeight {
 /// The blocks hold the directory's values exactly when its scales and biases are f16 values
 /// (f16 scales, and bf16 ones in f16's normal range). Throws Error naming the tensor when the
 /// shapes do not fit.
-RelaidWeight relayout_affine(const HostTensor& t);
+/// `forms` narrows the choice: without `blocks`, never q4_1 / q8_0; without `f16`, values
+/// in f32 only.
+struct RelayoutForms {
+  bool blocks = true;
+  bool f16 = true;
+};
+RelaidWeight relayout_affine(const HostTensor& t, RelayoutForms forms = {});
+
+/// The forms that re-lay every one of `parts` (the experts of one stacked tensor) as one
+/// weight type: the default when each part picks the same type, else the values in f16,
+/// else in f32. Each part is re-laid here and its bytes discarded: stacking never holds
+/// more than one part's copy.
+RelayoutForms common_relayout_forms(const std::vector<HostTensor>& parts);
 
 }  // namespace onepass::model

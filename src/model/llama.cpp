@@ -244,11 +244,55 @@ void LlamaModel::load_weights(const ModelSource& source) {
   };
 
   auto upload = [&](const HostTensor& t) {
+    check(t.parts.empty(), "model", "tensor '", t.name, "' is stored in ", t.parts.size(),
+          " parts, expected one tensor");
     TensorView v = b.alloc_tensor(t.dtype, t.shape);
     check(t.bytes == v.view.size(), "model", "tensor '", t.name, "' has ", t.bytes, " bytes, expected ", v.view.size(),
           " for ", dtype_name(t.dtype), t.shape.str());
     v.view.write(t.data, t.bytes);
     source.release(t);  // the copy is on the backend: the file's pages need not stay resident
+    return v;
+  };
+  // Experts stored one tensor each, stacked on the backend one expert at a time: the host
+  // holds at most one expert's re-laid copy, and each expert's pages go back once written.
+  auto upload_experts = [&](const HostTensor& t) {
+    const HostTensor& first = t.parts.front();
+    check(first.shape.ndim() == 2 && t.shape == Shape({static_cast<int64_t>(t.parts.size()), first.shape[0],
+                                                         first.shape[1]}),
+          "model", "tensor '", t.name, "' has shape ", t.shape.str(), " but ", t.parts.size(), " parts of ",
+          first.shape.str(), ", expected matrices stacked");
+    auto same_format = [](const HostTensor& x, const HostTensor& y) {
+      return x.affine.has_value() == y.affine.has_value() &&
+             (!x.affine || (x.affine->bits == y.affine->bits && x.affine->group_size == y.affine->group_size &&
+                            x.affine->scale_type == y.affine->scale_type));
+    };
+    for (const HostTensor& part : t.parts) {
+      check(part.dtype == first.dtype && part.shape == first.shape && same_format(part, first), "model",
+            "tensor '", part.name, "' is ", dtype_name(part.dtype), part.shape.str(), ", but '", first.name, "' is ",
+            dtype_name(first.dtype), first.shape.str(), "; expected every part of '", t.name,
+            "' of one type and shape");
+    }
+    const RelayoutForms forms = first.affine ? common_relayout_forms(t.parts) : RelayoutForms{};
+    TensorView v;
+    size_t offset = 0;
+    for (size_t e = 0; e < t.parts.size(); ++e) {
+      const HostTensor& part = t.parts[e];
+      RelaidWeight relaid;
+      HostTensor slice = part;
+      if (part.affine) {
+        relaid = relayout_affine(part, forms);
+        slice = HostTensor{.name = part.name, .dtype = relaid.dtype, .shape = relaid.shape,
+                           .data = relaid.bytes.data(), .bytes = relaid.bytes.size()};
+      }
+      if (e == 0) v = b.alloc_tensor(slice.dtype, Shape{t.shape[0], slice.shape[0], slice.shape[1]});
+      const size_t slice_bytes = v.view.size() / t.parts.size();
+      check(slice.bytes == slice_bytes && slice.dtype == v.dtype, "model", "tensor '", part.name, "' has ",
+            slice.bytes, " bytes of ", dtype_name(slice.dtype), ", expected ", slice_bytes, " of ",
+            dtype_name(v.dtype), " (one expert of '", t.name, "')");
+      v.view.write(slice.data, slice.bytes, offset);
+      offset += slice.bytes;
+      source.release(part);
+    }
     return v;
   };
   auto vector_f32 = [&](const std::string& name, int64_t n) {
@@ -275,6 +319,8 @@ void LlamaModel::load_weights(const ModelSource& source) {
     for (const std::string& n : names) parts.push_back(source.require(n));
     int64_t out = 0;
     for (const HostTensor& t : parts) {
+      check(t.parts.empty(), "model", "tensor '", t.name, "' is stored in ", t.parts.size(),
+            " parts, expected one tensor");
       check(t.shape.ndim() == 2 && t.shape[1] * (t.affine ? 32 / t.affine->bits : 1) == in, "model", "tensor '", t.name,
             "' has shape ", t.shape.str(), ", expected [*, ", in, "]");
       check(t.dtype == parts[0].dtype && t.affine.has_value() == parts[0].affine.has_value(), "model",
@@ -394,7 +440,9 @@ void LlamaModel::load_weights(const ModelSource& source) {
       auto experts = [&](const std::string& name) {
         const HostTensor t = source.require(name);
         TensorView v;
-        if (t.affine) {  // matmul_id takes GGUF weight types: MLX's groups are re-laid as one
+        if (!t.parts.empty()) {
+          v = upload_experts(t);
+        } else if (t.affine) {  // matmul_id takes GGUF weight types: MLX's groups are re-laid as one
           const RelaidWeight relaid = relayout_affine(t);
           v = upload(HostTensor{.name = t.name, .dtype = relaid.dtype, .shape = relaid.shape,
                                 .data = relaid.bytes.data(), .bytes = relaid.bytes.size()});

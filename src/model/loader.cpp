@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -140,9 +141,9 @@ struct MlxFamily {
 };
 
 constexpr MlxFamily kMlxFamilies[] = {
-    {"llama", "llama"},   {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
-    {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
-    {"qwen3_moe", "qwen3moe"}, {"mixtral", "llama"},
+    {"llama", "llama"},        {"mistral", "llama"},      {"qwen2", "qwen2"},   {"qwen3", "qwen3"},
+    {"gemma2", "gemma2"},      {"gemma3_text", "gemma3"}, {"gemma3", "gemma3"}, {"phi3", "phi3"},
+    {"qwen3_moe", "qwen3moe"}, {"mixtral", "llama"},      {"olmoe", "olmoe"},
 };
 
 std::string mlx_model_types() {
@@ -191,10 +192,44 @@ struct MlxLayout {
   std::string lm_head = "lm_head.weight";
   bool gemma_norms = false;    // pre/post attention and feed-forward norms (Gemma 2, 3)
   bool fused_gate_up = false;  // gate_up_proj (Phi-3)
-  // A mixture of experts' module: "mlp." (Qwen3-MoE) or "block_sparse_moe." (Mixtral), whose
-  // "gate" is the router and whose "switch_mlp" holds the experts stacked [experts, out, in].
+  // A mixture of experts' module: "mlp." (Qwen3-MoE, OLMoE) or "block_sparse_moe." (Mixtral),
+  // whose "gate" is the router and whose "switch_mlp" holds the experts stacked [experts, out,
+  // in] (mlx-lm), or whose "experts.E." hold one tensor per expert (Hugging Face): gate_proj,
+  // up_proj, down_proj, or Mixtral's w1, w3, w2.
   std::string moe = "mlp.";
+  std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
 };
+
+// The part of a GGUF experts tensor ("blk.3.ffn_up_exps.weight" -> "up"), or "".
+std::string_view experts_part(std::string_view gguf) {
+  const std::optional<int64_t> block = block_of(gguf, "blk.");
+  if (!block) return {};
+  const std::string_view rest = gguf.substr(gguf.find('.', 4) + 1);
+  for (const std::string_view part : {"gate", "up", "down"}) {
+    if (rest == cat("ffn_", part, "_exps.weight")) return part;
+  }
+  return {};
+}
+
+// The Hugging Face name of expert `expert`'s share of a GGUF experts tensor.
+std::string per_expert_name(std::string_view gguf, int64_t expert, const MlxLayout& layout) {
+  const std::string_view part = experts_part(gguf);
+  const std::string_view module = part == "gate" ? layout.expert_gate
+                                  : part == "up" ? layout.expert_up
+                                                 : layout.expert_down;
+  return cat(layout.model, "layers.", *block_of(gguf, "blk."), ".", layout.moe, "experts.", expert,
+             ".", module, ".weight");
+}
+
+// The expert a Hugging Face per-expert tensor belongs to ("model.layers.3.mlp.experts.12.w1.weight"
+// -> 12), or nullopt for other names.
+std::optional<int64_t> expert_of(std::string_view name, const MlxLayout& layout) {
+  const std::string layers = layout.model + "layers.";
+  const std::optional<int64_t> block = block_of(name, layers);
+  if (!block) return std::nullopt;
+  name.remove_prefix(name.find('.', layers.size()) + 1);
+  return block_of(name, layout.moe + "experts.");
+}
 
 // GGUF tensor name -> mlx-lm (Hugging Face) tensor name; "" for none.
 std::string hf_name(std::string_view gguf, const MlxLayout& layout) {
@@ -261,6 +296,7 @@ class MlxSource final : public ModelSource {
       return it->get<std::string>();
     };
     const std::string type = text(root, "model_type", "llama");
+    const bool moe = type == "qwen3_moe" || type == "mixtral" || type == "olmoe";
     const MlxFamily* family = nullptr;
     for (const MlxFamily& f : kMlxFamilies) {
       if (f.model_type == type) family = &f;
@@ -322,7 +358,12 @@ class MlxSource final : public ModelSource {
     }
     if (layout_.model == "language_model.model.") layout_.lm_head = "language_model.lm_head.weight";
     layout_.gemma_norms = arch.post_norms;
-    if (type == "mixtral") layout_.moe = "block_sparse_moe.";
+    if (type == "mixtral") {
+      layout_.moe = "block_sparse_moe.";
+      layout_.expert_gate = "w1";
+      layout_.expert_up = "w3";
+      layout_.expert_down = "w2";
+    }
     auto has = [&](const std::string& name) {
       return model_.find(name) != nullptr || model_.is_quantized(name);
     };
@@ -374,15 +415,6 @@ class MlxSource final : public ModelSource {
           ": attention output biases (", layer0, "self_attn.o_proj.bias) are not supported");
     check(model_.find(layer0 + "mlp.down_proj.bias") == nullptr, where, model_.dir().string(),
           ": feed-forward biases (", layer0, "mlp.down_proj.bias) are not supported");
-    if (type == "qwen3_moe" || type == "mixtral") {
-      // Hugging Face checkpoints keep one tensor per expert; mlx-lm stacks them on loading
-      // and writes the stacks.
-      const std::string per_expert = layer0 + layout_.moe + "experts.0.";
-      check(!has(per_expert + "gate_proj.weight") && !has(per_expert + "w1.weight"), where,
-            model_.dir().string(), ": the experts are separate tensors (", per_expert,
-            "...); expected mlx-lm's stacked ", layer0, layout_.moe,
-            "switch_mlp.{gate,up,down}_proj (convert the checkpoint with mlx_lm.convert)");
-    }
     config_.tied_output = boolean("tie_word_embeddings", false) || !has(layout_.lm_head);
     check(!boolean("use_bidirectional_attention", false), where, file,
           ": use_bidirectional_attention: true (an embedding model) is not supported");
@@ -408,7 +440,7 @@ class MlxSource final : public ModelSource {
       config_.rope_theta_local = number(j, "rope_local_base_freq", arch.rope_theta_local);
     read_activation(j, arch, file);
     read_sliding_window(j, arch, file, integer);
-    if (type == "qwen3_moe" || type == "mixtral") read_experts(j, type, file, integer, boolean);
+    if (moe) read_experts(j, type, file, integer, boolean);
 
     std::optional<Llama3Scaling> llama3;
     if (const auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
@@ -446,6 +478,7 @@ class MlxSource final : public ModelSource {
       check_no_extra_blocks(t.name, layout_.model + "layers.", config_.layers, where, file,
                             "num_hidden_layers");
     }
+    if (moe) check_per_expert_tensors(type == "mixtral" ? "num_local_experts" : "num_experts");
     // Embedding lookups take GGUF weight types: a quantised embedding is re-laid as one
     // (4-bit groups as q4_1 blocks, ...; model/affine_relayout.h), which a tied LM head
     // then multiplies by.
@@ -478,7 +511,55 @@ class MlxSource final : public ModelSource {
     }
     // A tied LM head is the (possibly quantised) embedding.
     if (name == "output.weight" && config_.tied_output) return std::nullopt;
-    const std::string module = hf_name(name, layout_);
+    if (stored_per_expert(name)) return per_expert_tensor(name);
+    return file_tensor(hf_name(name, layout_), name);
+  }
+
+  std::optional<std::vector<float>> rope_freq_factors() const override { return rope_factors_; }
+  std::optional<TokenizerData> tokenizer_data() const override {
+    std::optional<TokenizerData> data = tokenizer_data_from_hf(model_.dir());
+    if (!data) return data;
+    // Embedding rows past the vocabulary (padding to a round size) get placeholder tokens
+    // that never match text, as llama.cpp's conversion writes them.
+    const auto rows = static_cast<size_t>(config_.vocab_size);
+    check(data->tokens.size() <= rows, "mlx", data->source, ": the vocabulary has ",
+          data->tokens.size(), " tokens, but the model has ", rows,
+          " embedding rows (vocab_size); expected at most one token per row");
+    for (size_t i = data->tokens.size(); i < rows; ++i) {
+      data->tokens.push_back(cat("[onepass:unused ", i, "]"));
+      data->token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
+    }
+    // A directory without a template gets its family's turn format, as a GGUF file does.
+    if (data->chat_template.empty()) data->chat_template = std::string(default_chat_template_);
+    return data;
+  }
+  std::string describe() const override { return model_.dir().string() + " (MLX)"; }
+  std::string file_name(std::string_view name) const override {
+    if (!stored_per_expert(name)) return hf_name(name, layout_);
+    std::string first = per_expert_name(name, 0, layout_);  // "experts.0." -> "experts.*."
+    const size_t at = first.rfind(".experts.0.") + std::string_view(".experts.").size();
+    return first.replace(at, 1, "*");
+  }
+  void release(const HostTensor& tensor) const override {
+    for (const HostTensor& part : tensor.parts) release(part);
+    // Only what points into a safetensors mapping: not the re-laid embedding or the
+    // converted norms, which live in this object.
+    for (const TensorInfo& t : model_.tensors()) {
+      const auto* begin = static_cast<const uint8_t*>(t.data);
+      for (const void* p : {tensor.data, tensor.scales, tensor.biases}) {
+        if (p == begin) MappedFile::release_pages(t.data, t.bytes);
+      }
+    }
+  }
+  void release_all() const override {
+    for (const TensorInfo& t : model_.tensors())
+      MappedFile::release_pages_touching(t.data, t.bytes);
+  }
+
+ private:
+  // The file's tensor `module` as the model's tensor `name`: a quantised weight with its
+  // scales and biases, a vector in f32.
+  std::optional<HostTensor> file_tensor(const std::string& module, std::string_view name) const {
     if (model_.is_quantized(module)) {
       const MlxQuantizedWeight& q = model_.quantized(module);
       HostTensor h = host_tensor(*q.weight);
@@ -506,42 +587,90 @@ class MlxSource final : public ModelSource {
     return h;
   }
 
-  std::optional<std::vector<float>> rope_freq_factors() const override { return rope_factors_; }
-  std::optional<TokenizerData> tokenizer_data() const override {
-    std::optional<TokenizerData> data = tokenizer_data_from_hf(model_.dir());
-    if (!data) return data;
-    // Embedding rows past the vocabulary (padding to a round size) get placeholder tokens
-    // that never match text, as llama.cpp's conversion writes them.
-    const auto rows = static_cast<size_t>(config_.vocab_size);
-    check(data->tokens.size() <= rows, "mlx", data->source, ": the vocabulary has ",
-          data->tokens.size(), " tokens, but the model has ", rows,
-          " embedding rows (vocab_size); expected at most one token per row");
-    for (size_t i = data->tokens.size(); i < rows; ++i) {
-      data->tokens.push_back(cat("[onepass:unused ", i, "]"));
-      data->token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
-    }
-    // A directory without a template gets its family's turn format, as a GGUF file does.
-    if (data->chat_template.empty()) data->chat_template = std::string(default_chat_template_);
-    return data;
+  // Whether the experts tensor `name` ("blk.N.ffn_up_exps.weight") is stored one tensor per
+  // expert (a Hugging Face checkpoint) rather than stacked (mlx-lm).
+  bool stored_per_expert(std::string_view name) const {
+    if (!config_.moe() || experts_part(name).empty()) return false;
+    const std::string first = per_expert_name(name, 0, layout_);
+    return model_.find(first) != nullptr || model_.is_quantized(first);
   }
-  std::string describe() const override { return model_.dir().string() + " (MLX)"; }
-  std::string file_name(std::string_view name) const override { return hf_name(name, layout_); }
-  void release(const HostTensor& tensor) const override {
-    // Only what points into a safetensors mapping: not the re-laid embedding or the
-    // converted norms, which live in this object.
+
+  // The experts' tensors of a Hugging Face checkpoint as one [experts, out, in] tensor whose
+  // parts are the experts' own (check_per_expert_tensors has checked that they match).
+  std::optional<HostTensor> per_expert_tensor(std::string_view name) const {
+    HostTensor stacked;
+    stacked.name = std::string(name);
+    for (int64_t e = 0; e < config_.experts; ++e) {
+      const std::string module = per_expert_name(name, e, layout_);
+      std::optional<HostTensor> part = file_tensor(module, module);
+      check(part.has_value(), "mlx", model_.dir().string(), ": no tensor '", module, "'");
+      stacked.bytes += part->bytes;
+      stacked.parts.push_back(std::move(*part));
+    }
+    const HostTensor& first = stacked.parts.front();
+    stacked.dtype = first.dtype;
+    stacked.affine = first.affine;
+    stacked.shape = Shape{config_.experts, first.shape[0], first.shape[1]};
+    return stacked;
+  }
+
+  // A checkpoint's per-expert tensors: for each layer and each of gate, up and down, every
+  // expert 0..experts-1 and no other, each of one type and 2-D shape, and not beside a
+  // stacked tensor of the same weights.
+  void check_per_expert_tensors(const char* count_key) const {
+    const std::string dir = model_.dir().string();
+    std::set<int64_t> layers;  // those with per-expert tensors
     for (const TensorInfo& t : model_.tensors()) {
-      const auto* begin = static_cast<const uint8_t*>(t.data);
-      for (const void* p : {tensor.data, tensor.scales, tensor.biases}) {
-        if (p == begin) MappedFile::release_pages(t.data, t.bytes);
+      const std::optional<int64_t> expert = expert_of(t.name, layout_);
+      if (!expert) continue;
+      check(*expert < config_.experts, "mlx", dir, ": tensor '", t.name, "' belongs to expert ",
+            *expert, ", but ", count_key, " is ", config_.experts, " (expected experts 0..",
+            config_.experts - 1, ")");
+      layers.insert(*block_of(t.name, layout_.model + "layers."));
+    }
+    auto has = [&](const std::string& name) {
+      return model_.find(name) != nullptr || model_.is_quantized(name);
+    };
+    // A tensor's type (a quantised one's format) and its logical shape.
+    auto form = [&](const std::string& name) -> std::pair<std::string, Shape> {
+      if (model_.is_quantized(name)) {
+        const MlxQuantizedWeight& q = model_.quantized(name);
+        return {cat(q.format.bits, "-bit groups of ", q.format.group_size, " with ",
+                    dtype_name(q.format.scale_type), " scales"),
+                q.shape};
+      }
+      const TensorInfo& t = model_.tensor(name);
+      return {std::string(dtype_name(t.dtype)), t.shape};
+    };
+    for (const int64_t l : layers) {
+      for (const char* part : {"gate", "up", "down"}) {
+        const std::string gguf = cat("blk.", l, ".ffn_", part, "_exps.weight");
+        std::optional<std::string> present;  // the first expert's tensor found
+        for (int64_t e = 0; e < config_.experts && !present; ++e) {
+          if (has(per_expert_name(gguf, e, layout_))) present = per_expert_name(gguf, e, layout_);
+        }
+        if (!present) continue;  // stacked, or missing: the model's shape checks name it
+        const std::string stacked = hf_name(gguf, layout_);
+        check(!has(stacked), "mlx", dir, ": tensor '", stacked,
+              "' holds the experts stacked, but '", *present,
+              "' holds one expert; expected one layout");
+        const auto [type, shape] = form(*present);
+        check(shape.ndim() == 2, "mlx", dir, ": tensor '", *present, "' has shape ", shape.str(),
+              ", expected one expert's matrix [out, in]");
+        for (int64_t e = 0; e < config_.experts; ++e) {
+          const std::string name = per_expert_name(gguf, e, layout_);
+          check(has(name), "mlx", dir, ": no tensor '", name,
+                "'; expected one tensor per expert 0..", config_.experts - 1, " (", count_key,
+                "), as '", *present, "'");
+          const auto [other_type, other_shape] = form(name);
+          check(other_type == type && other_shape == shape, "mlx", dir, ": tensor '", name, "' is ",
+                other_type, " ", other_shape.str(), ", but '", *present, "' is ", type, " ",
+                shape.str(), "; expected every expert's tensor of one type and shape");
+        }
       }
     }
   }
-  void release_all() const override {
-    for (const TensorInfo& t : model_.tensors())
-      MappedFile::release_pages_touching(t.data, t.bytes);
-  }
 
- private:
   // hidden_activation (Gemma) or hidden_act: the gated FFN's nonlinearity.
   void read_activation(const nlohmann::json& j, const Architecture& arch, const std::string& file) {
     std::string name;
@@ -616,27 +745,41 @@ class MlxSource final : public ModelSource {
           ", expected a positive number of keys");
   }
   // Mixture of experts: mlx-lm's Qwen3-MoE (num_experts, moe_intermediate_size, every layer
-  // sparse unless decoder_sparse_step / mlp_only_layers say otherwise) and Mixtral
-  // (num_local_experts, 8 by default, each expert of intermediate_size rows).
+  // sparse unless decoder_sparse_step / mlp_only_layers say otherwise), Mixtral
+  // (num_local_experts, 8 by default, each expert of intermediate_size rows) and OLMoE
+  // (num_experts, 64 by default, 8 used, each expert of intermediate_size rows).
   template <typename Integer, typename Boolean>
   void read_experts(const nlohmann::json& j, const std::string& type, const std::string& file,
                     const Integer& integer, const Boolean& boolean) {
     const bool qwen = type == "qwen3_moe";
-    const char* count_key = qwen ? "num_experts" : "num_local_experts";
-    config_.experts = integer(count_key, qwen ? std::nullopt : std::optional<int64_t>(8));
-    config_.experts_used = integer("num_experts_per_tok", qwen ? std::nullopt : std::optional<int64_t>(2));
+    const bool olmoe = type == "olmoe";
+    const char* count_key = type == "mixtral" ? "num_local_experts" : "num_experts";
+    // Without the keys, Hugging Face's MixtralConfig and OlmoeConfig defaults.
+    config_.experts = integer(count_key, qwen    ? std::nullopt
+                                         : olmoe ? std::optional<int64_t>(64)
+                                                 : std::optional<int64_t>(8));
+    config_.experts_used = integer("num_experts_per_tok", qwen    ? std::nullopt
+                                                          : olmoe ? std::optional<int64_t>(8)
+                                                                  : std::optional<int64_t>(2));
     check(config_.experts > 0, "mlx", file, ": '", count_key, "' is ", config_.experts,
           ", expected a positive number of experts");
     check(config_.experts_used > 0 && config_.experts_used <= config_.experts, "mlx", file,
           ": 'num_experts_per_tok' is ", config_.experts_used, ", expected 1..", count_key, " (",
           config_.experts, ")");
     config_.expert_ffn = qwen ? integer("moe_intermediate_size", std::nullopt) : config_.ffn;
-    // Qwen3-MoE: softmax over all experts, then the top-k renormalised (norm_topk_prob) --
-    // a softmax over the selected ones -- or not (Hugging Face's default when the key is
-    // absent). Mixtral: softmax over the selected logits.
-    config_.expert_weighting = !qwen || boolean("norm_topk_prob", false)
+    // Qwen3-MoE and OLMoE: softmax over all experts, then the top-k renormalised
+    // (norm_topk_prob) -- a softmax over the selected ones -- or not (Hugging Face's default
+    // when the key is absent). Mixtral: softmax over the selected logits.
+    config_.expert_weighting = type == "mixtral" || boolean("norm_topk_prob", false)
                                    ? ExpertWeighting::softmax_selected
                                    : ExpertWeighting::softmax_all;
+    if (olmoe) {
+      // OLMoE may clamp Q, K and V to [-clip_qkv, clip_qkv]; OLMoE-1B-7B does not.
+      if (const auto clip = j.find("clip_qkv"); clip != j.end() && !clip->is_null()) {
+        fail("mlx", file, ": 'clip_qkv' is ", clip->dump(),
+             "; clamping Q, K and V is not supported (expected null)");
+      }
+    }
     if (!qwen) return;
     // A layer is sparse unless it is in mlp_only_layers or (layer + 1) is not a multiple of
     // decoder_sparse_step; the decoder runs every layer the same way.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
@@ -131,6 +132,66 @@ TEST(AffineRelayout, ValuesBeyondF16KeepF32) {
   EXPECT_EQ(r.dtype, DType::f32);
   const std::vector<float> got = dequantized(r);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], w.values[i]) << "value " << i;
+}
+
+// One expert's matrix [rows, cols] of a checkpoint that stores each expert apart.
+HostTensor expert_part(const AffineWeight& w) {
+  HostTensor t = w.host();
+  t.shape = Shape{w.packed_shape[1], w.packed_shape[2]};
+  return t;
+}
+
+// Symmetric 8-bit groups (w = d * (q - 128)), which re-lay as q8_0 blocks.
+void make_symmetric(AffineWeight& w, int64_t rows, int64_t cols) {
+  for (size_t g = 0; g < w.scales.size(); ++g)
+    w.biases[g] = f32_to_f16(-128.0f * f16_to_f32(w.scales[g]));
+  ops::affine_dequantize(w.format, w.packed.data(), w.scales.data(), w.biases.data(), rows, cols,
+                         w.values.data());
+}
+
+TEST(AffineRelayout, ExpertsStoredApartShareOneType) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  AffineWeight symmetric = random_weight({8, 32, DType::f16}, 1, 4, 128, rng);
+  make_symmetric(symmetric, 4, 128);
+  AffineWeight also_symmetric = random_weight({8, 32, DType::f16}, 1, 4, 128, rng);
+  make_symmetric(also_symmetric, 4, 128);
+  const AffineWeight asymmetric = random_weight({8, 32, DType::f16}, 1, 4, 128, rng);
+
+  // Experts that each re-lay as q8_0 stay q8_0.
+  const RelayoutForms blocks =
+      common_relayout_forms({expert_part(symmetric), expert_part(also_symmetric)});
+  EXPECT_TRUE(blocks.blocks);
+  EXPECT_EQ(relayout_affine(expert_part(also_symmetric), blocks).dtype, DType::q8_0);
+
+  // One q8_0 expert beside an f16 one: both as f16 values.
+  const RelayoutForms values =
+      common_relayout_forms({expert_part(symmetric), expert_part(asymmetric)});
+  EXPECT_FALSE(values.blocks);
+  EXPECT_TRUE(values.f16);
+  for (const AffineWeight* w : {&std::as_const(symmetric), &asymmetric}) {
+    const RelaidWeight r = relayout_affine(expert_part(*w), values);
+    EXPECT_EQ(r.dtype, DType::f16);
+    EXPECT_EQ(r.shape, Shape({4, 128}));
+    const std::vector<float> got = dequantized(r);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], f16_to_f32(f32_to_f16(w->values[i]))) << "value " << i;
+    }
+  }
+
+  // A q4_1 expert beside one whose values exceed f16: both as f32 values.
+  const AffineWeight small = random_weight({4, 32, DType::bf16}, 1, 2, 64, rng);
+  const AffineWeight large = random_weight({4, 32, DType::bf16}, 1, 2, 64, rng, 1.0e6f);
+  const RelayoutForms wide = common_relayout_forms({expert_part(small), expert_part(large)});
+  EXPECT_FALSE(wide.blocks);
+  EXPECT_FALSE(wide.f16);
+  for (const AffineWeight* w : {&small, &large}) {
+    const RelaidWeight r = relayout_affine(expert_part(*w), wide);
+    EXPECT_EQ(r.dtype, DType::f32);
+    const std::vector<float> got = dequantized(r);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], w->values[i]) << "value " << i;
+  }
 }
 
 TEST(AffineRelayout, RejectsWhatIsNotAnAffineWeight) {

@@ -5,7 +5,7 @@ the `tokenizers` library builds tokenizer.json from the GGUF vocabulary.
 
     gguf_to_mlx.py check
         exit 0 when gguf, numpy and tokenizers import (exit 3 otherwise: tests skip)
-    gguf_to_mlx.py convert MODEL.gguf OUT_DIR [f16|bf16|f32|qBITS_GROUP]
+    gguf_to_mlx.py convert MODEL.gguf OUT_DIR [f16|bf16|f32|qBITS_GROUP [stacked|per-expert]]
         OUT_DIR gets config.json, model.safetensors (every tensor in the given type, f16 by
         default), tokenizer.json and tokenizer_config.json. qBITS_GROUP (q8_64, q4_32, ...)
         stores the matrices as mlx-lm does: affine BITS-bit groups of GROUP values, packed
@@ -17,13 +17,16 @@ the `tokenizers` library builds tokenizer.json from the GGUF vocabulary.
 
 Families: llama (Q and K rows back from llama.cpp's interleaved-RoPE order), qwen2, qwen3,
 gemma2, gemma3 (norm weights back from GGUF's 1 + w to the stored w), phi3, and the mixtures
-of experts qwen3moe (mlx-lm's qwen3_moe) and llama with experts (mixtral): the router as
-`gate`, the experts stacked [experts, out, in] in `switch_mlp`, as mlx-lm writes them; their
-f32 tensors (norms, routers) stay f32 so that the routing is the GGUF file's, except that
-qBITS_GROUP quantises the routers as mlx-lm does (Qwen3-MoE's at 8 bits in groups of 64, a
-per-layer entry of config.json's quantization; Mixtral's as the other matrices). The config.json
-keys follow the families' Hugging Face configurations: Gemma 3 lists layer_types, Gemma 2
-relies on its default alternation.
+of experts qwen3moe (mlx-lm's qwen3_moe), olmoe and llama with experts (mixtral): the router
+as `gate`, the experts stacked [experts, out, in] in `switch_mlp` as mlx-lm writes them, or
+(layout per-expert) one tensor per expert as Hugging Face checkpoints keep them
+(`experts.E.gate_proj`, `up_proj`, `down_proj`; Mixtral's `experts.E.w1`, `w3`, `w2`; a
+quantised expert's scales and biases beside it). Their f32 tensors (norms, routers) stay f32
+so that the routing is the GGUF file's, except that qBITS_GROUP quantises the routers as
+mlx-lm does (Qwen3-MoE's at 8 bits in groups of 64, a per-layer entry of config.json's
+quantization; Mixtral's and OLMoE's as the other matrices). The config.json keys follow the
+families' Hugging Face configurations: Gemma 3 lists layer_types, Gemma 2 relies on its
+default alternation.
 """
 import hashlib
 import json
@@ -81,10 +84,13 @@ def moe_layer_names(module):
 
 QWEN3_MOE_LAYER_NAMES = moe_layer_names("mlp")
 MIXTRAL_LAYER_NAMES = moe_layer_names("block_sparse_moe")
+# A Hugging Face checkpoint's names of one expert's matrices.
+EXPERT_NAMES = {"gate_proj": "gate_proj", "up_proj": "up_proj", "down_proj": "down_proj"}
+MIXTRAL_EXPERT_NAMES = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
 
 # GGUF architecture -> mlx-lm model_type ("llama" with experts is Mixtral).
 MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-               "gemma3": "gemma3_text", "phi3": "phi3", "qwen3moe": "qwen3_moe"}
+               "gemma3": "gemma3_text", "phi3": "phi3", "qwen3moe": "qwen3_moe", "olmoe": "olmoe"}
 
 
 def model_type(fields, arch):
@@ -103,7 +109,7 @@ def hf_name(name, arch, kind):
         raise SystemExit(f"gguf_to_mlx: unexpected tensor {name}")
     table = GEMMA_LAYER_NAMES if arch in ("gemma2", "gemma3") else (
         PHI3_LAYER_NAMES if arch == "phi3" else
-        QWEN3_MOE_LAYER_NAMES if kind == "qwen3_moe" else
+        QWEN3_MOE_LAYER_NAMES if kind in ("qwen3_moe", "olmoe") else
         MIXTRAL_LAYER_NAMES if kind == "mixtral" else LAYER_NAMES)
     if parts[2] not in table:
         raise SystemExit(f"gguf_to_mlx: no Hugging Face name for {name} ({arch})")
@@ -130,7 +136,8 @@ def make_config(fields, arch, tensors):
         "architectures": [{"gemma3_text": "Gemma3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
                            "qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM",
                            "phi3": "Phi3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                           "mixtral": "MixtralForCausalLM"}.get(kind, "LlamaForCausalLM")],
+                           "mixtral": "MixtralForCausalLM",
+                           "olmoe": "OlmoeForCausalLM"}.get(kind, "LlamaForCausalLM")],
         "model_type": kind,
         "vocab_size": vocab,
         "hidden_size": hidden,
@@ -160,6 +167,15 @@ def make_config(fields, arch, tensors):
     if kind == "mixtral":
         config["num_local_experts"] = int(meta("expert_count"))
         config["num_experts_per_tok"] = int(meta("expert_used_count"))
+    if kind == "olmoe":
+        # OlmoeConfig: intermediate_size is one expert's; the top-k weights keep their share
+        # of the softmax over all experts; Q and K are not clamped.
+        config["intermediate_size"] = int(meta("expert_feed_forward_length",
+                                               meta("feed_forward_length")))
+        config["num_experts"] = int(meta("expert_count"))
+        config["num_experts_per_tok"] = int(meta("expert_used_count"))
+        config["norm_topk_prob"] = False
+        config["clip_qkv"] = None
     if arch in ("gemma2", "gemma3"):
         config["hidden_activation"] = "gelu_pytorch_tanh"
         config["query_pre_attn_scalar"] = head_dim
@@ -313,22 +329,40 @@ def write_tokenizer(fields, arch, out_dir):
         json.dump(config, out, ensure_ascii=False, indent=1)
 
 
-def stamp_of(gguf_path, dtype):
+def split_experts(arrays, kind):
+    """The stacked experts [experts, ...] of every `switch_mlp` array as one array per expert."""
+    names = MIXTRAL_EXPERT_NAMES if kind == "mixtral" else EXPERT_NAMES
+    out = {}
+    for name, (dtype, array) in arrays.items():
+        if ".switch_mlp." not in name:
+            out[name] = (dtype, array)
+            continue
+        # model.layers.L.mlp.switch_mlp.gate_proj.weight -> model.layers.L.mlp, gate_proj, weight
+        stacked, matrix, suffix = name.rsplit(".", 2)
+        module = stacked.replace(".switch_mlp", "")
+        for expert in range(array.shape[0]):
+            out[f"{module}.experts.{expert}.{names[matrix]}.{suffix}"] = (dtype, array[expert].copy())
+    return out
+
+
+def stamp_of(gguf_path, dtype, layout):
     digest = hashlib.sha256()
     for script in (__file__, os.path.join(HERE, "tokenizer_reference.py")):
         with open(script, "rb") as f:
             digest.update(f.read())
     info = os.stat(gguf_path)
     return {"gguf": os.path.abspath(gguf_path), "size": info.st_size, "mtime_ns": info.st_mtime_ns,
-            "dtype": dtype, "scripts": digest.hexdigest()}
+            "dtype": dtype, "layout": layout, "scripts": digest.hexdigest()}
 
 
-def convert(gguf_path, out_dir, dtype="f16"):
+def convert(gguf_path, out_dir, dtype="f16", layout="stacked"):
     quantization = parse_quantization(dtype)
     if quantization is None and dtype not in ("f16", "bf16", "f32"):
         raise SystemExit(f"gguf_to_mlx: type {dtype} is not f16, bf16, f32 or qBITS_GROUP")
+    if layout not in ("stacked", "per-expert"):
+        raise SystemExit(f"gguf_to_mlx: layout {layout} is not stacked or per-expert")
     stamp_path = os.path.join(out_dir, "onepass-conversion.json")
-    stamp = stamp_of(gguf_path, dtype)
+    stamp = stamp_of(gguf_path, dtype, layout)
     if os.path.exists(stamp_path):
         with open(stamp_path, encoding="utf-8") as f:
             if json.load(f) == stamp:
@@ -351,7 +385,7 @@ def convert(gguf_path, out_dir, dtype="f16"):
     # A mixture's routing is discrete: the f32 tensors (norms, routers) stay f32, so that no
     # rounding moves a token near a tie to another expert than the GGUF file chooses; only a
     # quantised directory's routers are quantised, as mlx-lm quantises them.
-    keep_f32 = kind in ("qwen3_moe", "mixtral")
+    keep_f32 = kind in ("qwen3_moe", "mixtral", "olmoe")
 
     FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
                    gguf.GGMLQuantizationType.BF16)
@@ -406,6 +440,8 @@ def convert(gguf_path, out_dir, dtype="f16"):
             config["quantization"][module] = False
         config["quantization"].update(layer_formats)
         config["quantization_config"] = dict(config["quantization"])
+    if layout == "per-expert":
+        arrays = split_experts(arrays, kind)
     arrays = dict(sorted(arrays.items()))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), arrays)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as out:
@@ -420,7 +456,7 @@ def main(argv):
     if len(argv) == 2 and argv[1] == "check":
         need_packages()
         return 0
-    if len(argv) in (4, 5) and argv[1] == "convert":
+    if len(argv) in (4, 5, 6) and argv[1] == "convert":
         return convert(*argv[2:])
     print(__doc__, file=sys.stderr)
     return 2

@@ -123,6 +123,10 @@ struct HostTensor {
   std::optional<AffineFormat> affine;
   const void* scales = nullptr;
   const void* biases = nullptr;
+  /// A tensor stored as slices of its outermost dimension, one tensor each (a Hugging Face
+  /// checkpoint's experts): `data` is null, `shape` and `bytes` are the stacked tensor's,
+  /// and each part holds one slice, in order, of the same type and shape.
+  std::vector<HostTensor> parts;
 };
 
 class ModelSource {
