@@ -78,12 +78,11 @@ using DotWeightRowsInt16Fn = void (*)(const void* w_rows, int64_t w_row_bytes, i
 
 /// One row of x rounded as XInt16 does (the same integers and group scales), each integer
 /// split into bytes, x = 256 · h + l with h signed and l unsigned, for the 4-bit kernels
-/// that multiply nibbles with bytes (vpdpbusd). Per quad of 4 blocks (128 values, one block
-/// per 128-bit lane, byte i of lane X for value i or 16 + i of block X): l of values 0..15,
-/// l of 16..31, h of 0..15, h of 16..31 (64 bytes each); then per 32-bit lane (values
-/// 4j..4j + 3 and 16 + 4j..16 + 4j + 3 of its block) the int32 -8 · Σ x (q4_0's offset
-/// of its nibbles), and with lane sums the f32 Σ of the unrounded values (q4_1's additive
-/// term). Blocks past k are zero.
+/// that multiply nibbles with bytes (vpdpbusd). Per quad of 4 blocks (128 values), 64 bytes
+/// each: l of values 0..15 of the blocks, l of values 16..31, h of 0..15, h of 16..31, where
+/// 32-bit lane j holds block j % 4's values 4 (j / 4) .. 4 (j / 4) + 3 (+ 16); then per lane
+/// (its 8 values) the int32 -8 · Σ x (q4_0's offset of its nibbles), and with lane sums the
+/// f32 Σ of the unrounded values (q4_1's additive term). Blocks past k are zero.
 struct XInt16Bytes {
   const uint8_t* quads = nullptr;
   const float* group_scale = nullptr;

@@ -4,13 +4,14 @@
 // bytes per 32-bit lane, where the 16-bit products (block32_int16.cpp) first widen every
 // nibble to a word.
 //
-// Four consecutive blocks of a row fill one vector, one block per 128-bit lane (one byte
-// permute, vpermt2b, hence VBMI on top of avx512_vnni): one int -> f32 conversion and one
-// FMA cover the four blocks, and their scales come from one word permute of the bytes
-// already loaded. Per four blocks and row: the permute, three bit operations for the
-// nibbles, four vpdpbusd, one vpdpwssd joining the high and low byte sums, the scales'
-// permute and conversion, the products' conversion and FMA; the 16-bit kernel spends about
-// five vector instructions per block.
+// Four consecutive blocks of a row fill one vector (one byte permute, vpermt2b, hence VBMI
+// on top of avx512_vnni), block b in the 32-bit lanes j with j % 4 = b: one int -> f32
+// conversion and one FMA cover the four blocks, and their scales are four f16 repeated
+// over the 128-bit lanes, gathered in general registers and converted in one 128-bit
+// instruction. Per four blocks and row: the permute, two nibble operations, four vpdpbusd,
+// one vpdpwssd joining the high and low byte sums, the scales' conversion and broadcast,
+// the products' conversion and FMA; the 16-bit kernel spends about five vector instructions
+// per block.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -56,8 +57,8 @@ template <typename Fmt>
 constexpr std::array<int16_t, 32> scale_words() {
   std::array<int16_t, 32> idx{};
   for (int j = 0; j < 16; ++j) {
-    idx[j] = static_cast<int16_t>(j / 4 * Fmt::kBytes / 2);
-    idx[16 + j] = static_cast<int16_t>(j / 4 * Fmt::kBytes / 2 + 1);
+    idx[j] = static_cast<int16_t>(j % 4 * Fmt::kBytes / 2);
+    idx[16 + j] = static_cast<int16_t>(j % 4 * Fmt::kBytes / 2 + 1);
   }
   return idx;
 }
@@ -70,12 +71,28 @@ constexpr std::array<int16_t, 32> kScaleWords = scale_words<Fmt>();
 template <typename Fmt>
 constexpr std::array<uint8_t, 64> nibble_bytes() {
   std::array<uint8_t, 64> idx{};
-  for (int i = 0; i < 64; ++i) idx[i] = static_cast<uint8_t>(i / 16 * Fmt::kBytes + Fmt::kNibbles + i % 16);
+  for (int i = 0; i < 64; ++i) {
+    const int lane = i / 4;
+    idx[i] = static_cast<uint8_t>(lane % 4 * Fmt::kBytes + Fmt::kNibbles + 4 * (lane / 4) + i % 4);
+  }
   return idx;
 }
 
 template <typename Fmt>
 constexpr std::array<uint8_t, 64> kNibbleBytes = nibble_bytes<Fmt>();
+
+// The f16 at p, p + kBytes, p + 2 kBytes and p + 3 kBytes as f32, repeated over the four
+// 128-bit lanes.
+template <typename Fmt>
+inline __m512 four_halves(const uint8_t* p) {
+  auto half = [&](int b) {
+    uint16_t v;
+    std::memcpy(&v, p + b * Fmt::kBytes, 2);
+    return static_cast<uint64_t>(v);
+  };
+  const uint64_t halves = half(0) | half(1) << 16 | half(2) << 32 | half(3) << 48;
+  return _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(halves))));
+}
 
 // How far ahead of the weights being read the rows ask for them: see block32_int16.cpp's
 // kPrefetchBytes and kPrefetchL1MaxBytes, which measured the same for these rows.
@@ -99,6 +116,8 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
   const int64_t quads = full_quads + (tail != 0 ? 1 : 0);
   const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // vgf2p8affineqb's matrix (one per qword) taking bits 4..7 of each byte to bits 0..3.
+  const __m512i high_nibble = _mm512_set1_epi64(0x1020408000000000ll);
   const __m512i scale_index = _mm512_loadu_si512(kScaleWords<Fmt>.data());
   const __m512i nibble_index = _mm512_loadu_si512(kNibbleBytes<Fmt>.data());
   const __m512i shift8 = _mm512_set1_epi32(256);
@@ -125,7 +144,7 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
         const __m512i head = partial ? _mm512_maskz_loadu_epi8(tail_mask, wq) : _mm512_loadu_si512(wq);
         const __m512i raw = _mm512_permutex2var_epi8(head, nibble_index, partial ? _mm512_setzero_si512() : Fmt::tail(wq));
         const __m512i q_low = _mm512_and_si512(raw, nibble);                             // values 0..15
-        const __m512i q_high = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);      // values 16..31
+        const __m512i q_high = _mm512_gf2p8affine_epi64_epi8(raw, high_nibble, 0);
         // Σ l · q (l unsigned, q as signed bytes 0..15), from q4_0's -8 · Σ x.
         __m512i sum_low = Fmt::kOffset ? _mm512_setzero_si512() : _mm512_load_si512(xq + kNibbleOffset);
         sum_low = _mm512_dpbusd_epi32(sum_low, low0, q_low);
@@ -136,11 +155,20 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
         // 256 · Σ q · h + Σ q · l in one instruction: the low word of each lane of sum_high
         // (which fits in 16 bits) times 256, the high word times 0.
         const __m512i products = _mm512_dpwssd_epi32(sum_low, sum_high, shift8);
-        const __m512i scales = _mm512_permutexvar_epi16(scale_index, head);
-        const __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
+        // The four blocks' d (and m) as f32 in lane order: through a word permute of the
+        // bytes loaded in a partial quad, else gathered as integers (off the vector ports)
+        // and converted once.
+        __m512 d, m = _mm512_setzero_ps();
+        if constexpr (partial) {
+          const __m512i scales = _mm512_permutexvar_epi16(scale_index, head);
+          d = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
+          if constexpr (Fmt::kOffset) m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
+        } else {
+          d = four_halves<Fmt>(wq);
+          if constexpr (Fmt::kOffset) m = four_halves<Fmt>(wq + 2);
+        }
         part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), d, part[r]);
         if constexpr (Fmt::kOffset) {
-          const __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
           offsets[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(xq + kLaneSum)), offsets[r]);
         }
       }
@@ -187,7 +215,8 @@ inline __m128 lane_sums(__m512 v) {
 
 // Rounds as block32_int16.cpp's round_row does (per group, step = largest |x| / 32767,
 // q = round(x / step), a non-finite scale for a group with a non-finite value), then
-// splits and places the bytes.
+// splits the integers into bytes: first block b of a quad in 128-bit lane b, then each
+// quad's 32-bit lanes transposed (4 x 4) into the order XInt16Bytes describes.
 void round_row(const float* x, int64_t k, uint8_t* quads, int64_t quad_bytes, float* group_scale, bool sums) {
   const int64_t blocks = k / 32;
   if (blocks % 4 != 0) std::memset(quads + blocks / 4 * quad_bytes, 0, static_cast<size_t>(quad_bytes));
@@ -218,6 +247,14 @@ void round_row(const float* x, int64_t k, uint8_t* quads, int64_t quad_bytes, fl
       store(quad + kHigh1, _mm512_cvtepi32_epi8(_mm512_srai_epi32(v1, 8)));
       store(quad + kNibbleOffset, _mm_mullo_epi32(lane_sums(_mm512_add_epi32(v0, v1)), _mm_set1_epi32(-8)));
       if (sums) _mm_store_ps(reinterpret_cast<float*>(quad + kLaneSum), lane_sums(_mm512_add_ps(x0, x1)));
+    }
+  }
+  // Lane 4 g + b takes lane 4 b + g: block b's values 4 g .. 4 g + 3.
+  const __m512i transpose = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t q = 0; q < (blocks + 3) / 4; ++q) {
+    for (int64_t o = 0; o < quad_bytes; o += 64) {
+      uint8_t* p = quads + q * quad_bytes + o;
+      _mm512_store_si512(p, _mm512_permutexvar_epi32(transpose, _mm512_load_si512(p)));
     }
   }
 }
