@@ -51,21 +51,6 @@ struct Q4_1 {
 // Byte offsets inside a quad of XInt16Bytes.
 constexpr int64_t kLow0 = 0, kLow1 = 64, kHigh0 = 128, kHigh1 = 192, kNibbleOffset = 256, kLaneSum = 320;
 
-// Word index of vpermw over a quad's first 64 bytes: f32 lane j (block j / 4) takes the
-// block's d (words 0..15) and its m (words 16..31).
-template <typename Fmt>
-constexpr std::array<int16_t, 32> scale_words() {
-  std::array<int16_t, 32> idx{};
-  for (int j = 0; j < 16; ++j) {
-    idx[j] = static_cast<int16_t>(j % 4 * Fmt::kBytes / 2);
-    idx[16 + j] = static_cast<int16_t>(j % 4 * Fmt::kBytes / 2 + 1);
-  }
-  return idx;
-}
-
-template <typename Fmt>
-constexpr std::array<int16_t, 32> kScaleWords = scale_words<Fmt>();
-
 // Byte index of vpermt2b over a quad's bytes (the first 64, then the rest): 128-bit lane X
 // takes block X's 16 bytes of nibbles.
 template <typename Fmt>
@@ -82,12 +67,12 @@ template <typename Fmt>
 constexpr std::array<uint8_t, 64> kNibbleBytes = nibble_bytes<Fmt>();
 
 // The f16 at p, p + kBytes, p + 2 kBytes and p + 3 kBytes as f32, repeated over the four
-// 128-bit lanes.
+// 128-bit lanes; those of blocks from `present` on read as zero.
 template <typename Fmt>
-inline __m512 four_halves(const uint8_t* p) {
+inline __m512 four_halves(const uint8_t* p, int64_t present = 4) {
   auto half = [&](int b) {
-    uint16_t v;
-    std::memcpy(&v, p + b * Fmt::kBytes, 2);
+    uint16_t v = 0;
+    if (b < present) std::memcpy(&v, p + b * Fmt::kBytes, 2);
     return static_cast<uint64_t>(v);
   };
   const uint64_t halves = half(0) | half(1) << 16 | half(2) << 32 | half(3) << 48;
@@ -118,7 +103,6 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   // vgf2p8affineqb's matrix (one per qword) taking bits 4..7 of each byte to bits 0..3.
   const __m512i high_nibble = _mm512_set1_epi64(0x1020408000000000ll);
-  const __m512i scale_index = _mm512_loadu_si512(kScaleWords<Fmt>.data());
   const __m512i nibble_index = _mm512_loadu_si512(kNibbleBytes<Fmt>.data());
   const __m512i shift8 = _mm512_set1_epi32(256);
   const __mmask64 tail_mask = tail != 0 ? (1ull << (tail * Fmt::kBytes)) - 1 : 0;
@@ -155,18 +139,11 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
         // 256 · Σ q · h + Σ q · l in one instruction: the low word of each lane of sum_high
         // (which fits in 16 bits) times 256, the high word times 0.
         const __m512i products = _mm512_dpwssd_epi32(sum_low, sum_high, shift8);
-        // The four blocks' d (and m) as f32 in lane order: through a word permute of the
-        // bytes loaded in a partial quad, else gathered as integers (off the vector ports)
-        // and converted once.
-        __m512 d, m = _mm512_setzero_ps();
-        if constexpr (partial) {
-          const __m512i scales = _mm512_permutexvar_epi16(scale_index, head);
-          d = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
-          if constexpr (Fmt::kOffset) m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
-        } else {
-          d = four_halves<Fmt>(wq);
-          if constexpr (Fmt::kOffset) m = four_halves<Fmt>(wq + 2);
-        }
+        // The four blocks' d (and m) as f32 in lane order, gathered as integers (off the
+        // vector ports) and converted once.
+        const int64_t present = partial ? tail : 4;
+        const __m512 d = four_halves<Fmt>(wq, present);
+        const __m512 m = Fmt::kOffset ? four_halves<Fmt>(wq + 2, present) : _mm512_setzero_ps();
         part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), d, part[r]);
         if constexpr (Fmt::kOffset) {
           offsets[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(xq + kLaneSum)), offsets[r]);
