@@ -63,7 +63,8 @@ DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
-/// (rounded to XInt16 when the weight type has integer row kernels on `isa`), then
+/// (rounded to XInt16 when the weight type has integer row kernels on `isa`; with m = 1, to
+/// XInt16Bytes where it has dot_weight_rows_bytes), then
 /// dot(w_row, out, out_stride) gives out[i * out_stride] for every row i of x.
 class RowDots {
  public:
