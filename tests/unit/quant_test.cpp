@@ -643,6 +643,52 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
   }
 }
 
+// The 4-bit rows on x split into bytes (avx512_vnni with VBMI): one row of x against n
+// weight rows, k with whole and partial quads of 4 blocks, groups of 256 values of very
+// different sizes, both passes (4 rows, 1 row) and both prefetch distances; each row within
+// the 16-bit x tolerance of float64, and the same bits whatever n and its place.
+TEST(CpuRowKernels, SplitXMatchesFloat64) {
+  if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  int tested = 0;
+  for (DType t : {DType::q4_0, DType::q4_1}) {
+    const cpu::RowKernels& kernels = cpu::row_kernels(t, cpu::Isa::avx512_vnni);
+    if (kernels.dot_weight_rows_bytes == nullptr) continue;  // no VBMI
+    for (int64_t k : {32, 64, 96, 128, 576, 1056, 2048 + 96, 8192}) {
+      SCOPED_TRACE(cat(dtype_name(t), " k ", k));
+      const int64_t n = 9;
+      const std::vector<uint8_t> rows = random_blocks(t, n * k, rng);
+      const std::vector<float> w = dequantized(t, rows);
+      const std::vector<float> offsets = block_offsets(t, rows);
+      std::vector<float> x = uniform(static_cast<size_t>(k), rng);
+      for (int64_t j = 0; j < k; ++j) x[j] *= std::ldexp(1.0f, static_cast<int>(j / cpu::kXInt16Group % 5) * 7 - 14);
+      const int64_t row_bytes = static_cast<int64_t>(rows.size()) / n;
+      const cpu::XInt16Bytes xb = cpu::round_x_int16_bytes(x.data(), k, kernels.bytes_lane_sums);
+      std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
+      kernels.dot_weight_rows_bytes(rows.data(), row_bytes, n, xb, out.data());
+      ASSERT_EQ(out[n], -1.0f) << "wrote past the rows";
+      for (int64_t r = 0; r < n; ++r) {
+        double ref = 0;
+        double atol = dot_tolerance(x.data(), &w[r * k], &offsets[r * k], k, ref);
+        atol += x_int16_rounding(x.data(), &w[r * k], &offsets[r * k], k);
+        ASSERT_NEAR(out[r], ref, atol) << "row " << r;
+        float alone = -1.0f;
+        kernels.dot_weight_rows_bytes(rows.data() + r * row_bytes, row_bytes, 1, xb, &alone);
+        ASSERT_EQ(alone, out[r]) << "row " << r << " alone";
+      }
+      // A non-finite x makes every product non-finite, as the f32 products are.
+      x[k / 2] = INFINITY;
+      const cpu::XInt16Bytes inf = cpu::round_x_int16_bytes(x.data(), k, kernels.bytes_lane_sums);
+      kernels.dot_weight_rows_bytes(rows.data(), row_bytes, n, inf, out.data());
+      for (int64_t r = 0; r < n; ++r) ASSERT_FALSE(std::isfinite(out[r])) << "row " << r;
+      ++tested;
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no VBMI";
+}
+
 // --- every instruction set through the ops --------------------------------------------------
 
 // |out - Σ x·w| <= 4 u sqrt(K) (‖m‖₂ + |Σ x·(w - o)| + |Σ x·o|): the op cases' tolerance

@@ -17,6 +17,7 @@ enum class Isa : uint8_t {
   avx512,       // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats;
                 // the integer products are avx2's)
   avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
+                // (with VBMI too, q4_0's and q4_1's one-row products with vpdpbusd)
 };
 
 /// The widest Isa this CPU supports (checked once).
@@ -76,6 +77,31 @@ using DotRowsInt16Fn = void (*)(const void* w_row, const XInt16& x, int64_t m, f
 using DotWeightRowsInt16Fn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
                                       const XInt16& x, float* out);
 
+/// One row of x rounded as XInt16 does (the same integers and group scales), each integer
+/// split into bytes, x = 256 · h + l with h signed and l unsigned, for the 4-bit kernels
+/// that multiply nibbles with bytes (vpdpbusd). Per quad of 4 blocks (128 values), 64 bytes
+/// each: l of values 0..15 of the blocks, l of values 16..31, h of 0..15, h of 16..31, where
+/// 32-bit lane j holds block j % 4's values 4 (j / 4) .. 4 (j / 4) + 3 (+ 16); then per lane
+/// (its 8 values) the int32 -8 · Σ x (q4_0's offset of its nibbles), and with lane sums the
+/// f32 Σ of the unrounded values (q4_1's additive term). Blocks past k are zero.
+struct XInt16Bytes {
+  const uint8_t* quads = nullptr;
+  const float* group_scale = nullptr;
+  int64_t k = 0;
+  int64_t quad_bytes = 0;
+};
+inline constexpr int64_t kXInt16BytesQuad = 128;
+
+/// Rounds one row of k values of x (k a multiple of 32) into XInt16Bytes in a per-thread
+/// buffer (valid until the thread's next call), with lane sums when `lane_sums` is set;
+/// Isa::avx512_vnni.
+XInt16Bytes round_x_int16_bytes(const float* x, int64_t k, bool lane_sums);
+
+/// out[r] = Σ_j x[j] · w_rows[r * w_row_bytes + j] for r < n, with one row of x rounded as
+/// XInt16Bytes says; a row's value does not depend on n or on its place among them.
+using DotWeightRowsBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
+                                      const XInt16Bytes& x, float* out);
+
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
@@ -87,6 +113,10 @@ struct RowKernels {
   DotWeightRowsInt16Fn dot_weight_rows_int16 = nullptr;
   bool int16_block_sums = false;
   XInt16Order int16_order = XInt16Order::values;
+  // With one row of x, in place of dot_weight_rows_int16 where set (the 4-bit formats on
+  // avx512_vnni); x needs lane sums when bytes_lane_sums is set.
+  DotWeightRowsBytesFn dot_weight_rows_bytes = nullptr;
+  bool bytes_lane_sums = false;
 };
 
 /// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.

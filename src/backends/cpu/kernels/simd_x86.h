@@ -26,6 +26,8 @@
 #define ONEPASS_AVX512_END _Pragma("clang attribute pop")
 #define ONEPASS_AVX512_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c\"))), apply_to = function)")
 #define ONEPASS_AVX512_VNNI_END _Pragma("clang attribute pop")
+#define ONEPASS_AVX512_VNNI_VBMI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c\"))), apply_to = function)")
+#define ONEPASS_AVX512_VNNI_VBMI_END _Pragma("clang attribute pop")
 // clang-format on
 #else
 #define ONEPASS_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
@@ -37,6 +39,11 @@
   _Pragma("GCC push_options")     \
       _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c\")")
 #define ONEPASS_AVX512_VNNI_END _Pragma("GCC pop_options")
+// avx512_vnni plus VBMI (byte permutes across the vector), for the kernels that check for it.
+#define ONEPASS_AVX512_VNNI_VBMI_BEGIN \
+  _Pragma("GCC push_options")          \
+      _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c\")")
+#define ONEPASS_AVX512_VNNI_VBMI_END _Pragma("GCC pop_options")
 #endif
 #else
 #define ONEPASS_CPU_X86 0

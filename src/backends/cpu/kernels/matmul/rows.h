@@ -58,20 +58,28 @@ RowKernels kquant_low_row_kernels(DType w, Isa isa);  // q2_k, q3_k (kquant_low.
 DotRowsInt16Fn block32_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
+// The 4-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0 and q4_1 on Isa::avx512_vnni;
+// null for the other types and sets.
+DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
-/// (rounded to XInt16 when the weight type has integer row kernels on `isa`), then
+/// (rounded to XInt16 when the weight type has integer row kernels on `isa`; with m = 1, to
+/// XInt16Bytes where it has dot_weight_rows_bytes), then
 /// dot(w_row, out, out_stride) gives out[i * out_stride] for every row i of x.
 class RowDots {
  public:
   RowDots(DType w, Isa isa, const float* x, int64_t x_stride, int64_t m, int64_t k)
       : kernels_(row_kernels(w, isa)), x_(x), x_stride_(x_stride), m_(m), k_(k) {
-    if (kernels_.dot_int16 != nullptr) {
+    if (m == 1 && kernels_.dot_weight_rows_bytes != nullptr) {
+      x_bytes_ = round_x_int16_bytes(x, k, kernels_.bytes_lane_sums);
+    } else if (kernels_.dot_int16 != nullptr) {
       x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums, kernels_.int16_order, isa);
     }
   }
   void operator()(const void* w_row, float* out, int64_t out_stride) const {
-    if (kernels_.dot_int16 != nullptr) {
+    if (x_bytes_.quads != nullptr) {
+      kernels_.dot_weight_rows_bytes(w_row, 0, 1, x_bytes_, out);
+    } else if (kernels_.dot_int16 != nullptr) {
       kernels_.dot_int16(w_row, x_int16_, m_, out, out_stride);
     } else {
       kernels_.dot(w_row, x_, x_stride_, m_, k_, out, out_stride);
@@ -80,7 +88,9 @@ class RowDots {
   /// With one row of x (m = 1): out[r] for the n weight rows from w_rows, w_row_bytes apart,
   /// each the value operator() gives for it.
   void rows(const uint8_t* w_rows, int64_t w_row_bytes, int64_t n, float* out) const {
-    if (kernels_.dot_weight_rows_int16 != nullptr) {
+    if (x_bytes_.quads != nullptr) {
+      kernels_.dot_weight_rows_bytes(w_rows, w_row_bytes, n, x_bytes_, out);
+    } else if (kernels_.dot_weight_rows_int16 != nullptr) {
       kernels_.dot_weight_rows_int16(w_rows, w_row_bytes, n, x_int16_, out);
     } else {
       for (int64_t r = 0; r < n; ++r) (*this)(w_rows + r * w_row_bytes, out + r, 1);
@@ -92,6 +102,7 @@ class RowDots {
   const float* x_;
   int64_t x_stride_, m_, k_;
   XInt16 x_int16_;
+  XInt16Bytes x_bytes_;
 };
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
