@@ -175,13 +175,14 @@ namespace {
 
 using namespace quant_cases;
 
-// The CUDA products that the 8-bit integer tensor cores take (cuda::cuda_mm_x8: 8 rows of x,
-// K whole stages of 256 values, weight rows of whole 16-byte words, q6_k 8-byte words): x
-// quantized to int8 per 32 values, as the matrix-vector kernels do.
+// The CUDA products that the 8-bit integer tensor cores take (cuda::cuda_mm_x8: 8 or 25 to 32
+// rows of x, K whole stages of 256 values, weight rows of whole 16-byte words, q6_k 8-byte
+// words): x quantized to int8 per 32 values, as the matrix-vector kernels do.
 bool cuda_x8_product(DType t, int64_t m, int64_t k) {
   const bool formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0 || t == DType::q5_0 ||
                        t == DType::q5_1 || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
-  return formats && m == 8 && k % (t == DType::q6_k ? 1024 : 256) == 0;
+  const bool rows = m == 8 || (m >= 25 && m <= 32);
+  return formats && rows && k % (t == DType::q6_k ? 1024 : 256) == 0;
 }
 
 std::vector<int64_t> k_values(DType t) {
@@ -307,8 +308,9 @@ ONEPASS_OP_CASES(matmul) {
     }
     // A few dozen rows of x and few weight rows (batched decode steps): the CUDA tensor-core
     // mm splits K among the blocks of a cluster (cuda::cuda_mm_splits, 132 SMs): 32-row
-    // tiles in 8 splits; in 4 splits of 12, 12, 12 and 0 K steps; two M tiles with a tail,
-    // two N tiles with a tail and padded x rows in 6 splits; 16-row tiles in 3 splits.
+    // tiles in 8 splits (f16 and bf16; the block formats take 32 rows on the integer tensor
+    // cores); in 4 splits of 12, 12, 12 and 0 K steps; two M tiles with a tail, two N tiles
+    // with a tail and padded x rows in 6 splits; 16-row tiles in 3 splits.
     if (t != DType::f32) {
       add_case(cases, t, 32, 200, 4096, 0, false);
       add_case(cases, t, 24, 96, 2304, 0, false);
@@ -327,6 +329,8 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 8, 70, 256, 0, dtype_block_elems(t) == 256);
       add_case(cases, t, 8, 2200, 2048, 0, false);
       if (t == DType::q4_0 || t == DType::q6_k) add_case(cases, t, 8, 20000, 2048, 0, false);
+      // 25 to 32 rows: four x tiles (mm_x8_m32), padded x rows and strided x.
+      add_case(cases, t, 27, 300, 4096, 3, false);
     }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.

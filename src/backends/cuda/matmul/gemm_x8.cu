@@ -1,7 +1,7 @@
 // CUDA kernels mm_x8_<W>_f32: the product of up to 8 rows of x (batched decode steps of 8
 // sequences, cuda_mm_x8) with block-format weights on the 8-bit integer tensor cores,
-// out [M, N] = x [M, K] · wᵀ. The kernel body takes NT tiles of 8 rows of x; the backend
-// registers one tile (kCudaMmX8TileRows).
+// out [M, N] = x [M, K] · wᵀ, and mm_x8_m32_<W>_f32 of 9 to 32 rows: the kernel body takes NT
+// tiles of 8 rows of x, 1 or 4 (cuda_mm_x8_tiles).
 //
 // A block of 8 warps takes one range of K stages of 256 values and, in turn, N tiles of 128
 // weight rows (16 per warp); grid {splits, tile groups} in clusters of {splits, 1}
@@ -17,7 +17,7 @@
 // multiplies it by 8 rows of x at a time and adds the sums, scaled, to f32 accumulators. The
 // weights are read once for all rows of x, and the products cost integer tensor-core
 // instructions instead of a dequantization to f16. A cluster keeps the partial sums of up to
-// kCudaMmX8FlushTiles tiles, then adds them through distributed shared memory in rank order,
+// cuda_mm_x8_flush_tiles tiles, then adds them through distributed shared memory in rank order,
 // so every run gives the same sums; an unsplit block stores its sums directly.
 #include <cooperative_groups.h>
 
@@ -48,7 +48,6 @@ constexpr int kThreads = 2 * kRows;
 constexpr int kStageK = kCudaMmX8StageK;   // values of K per stage: 8 units of 32
 constexpr int kXPitch = kCudaMmX8XRowBytes - kCudaMmX8ScaleRowBytes;  // int8 x of a row in a stage
 constexpr int kSPitch = kCudaMmX8ScaleRowBytes;  // its 8 (d, z, Σ x, 0) quadruples, padded
-constexpr int kFlushTiles = kCudaMmX8FlushTiles;  // tiles whose partial sums the cluster adds at once
 static_assert(kXPitch == kStageK + 16 && kSPitch == 144, "pitches of 4 (mod 8) words and 16-byte rows");
 static_assert(kStageK == 256, "8 units per stage");
 
@@ -280,6 +279,7 @@ __global__ void __launch_bounds__(kThreads) mm_x8_kernel(const __grid_constant__
   using F = X8<W>;
   constexpr int kXRows = 8 * NT;
   constexpr int kSlots = NT * 4;
+  constexpr int kFlushTiles = cuda_mm_x8_flush_tiles(NT);
   extern __shared__ __align__(16) unsigned char smem[];
   // The block's K stages, and its N tiles: blockIdx.y, + gridDim.y, ... (the same for every
   // block of the cluster).
@@ -452,16 +452,23 @@ __global__ void __launch_bounds__(kThreads) mm_x8_kernel(const __grid_constant__
   cp_async_wait<0>();
 }
 
-template <DType W, int NT = kCudaMmX8TileRows / 8>
-void register_x8(KernelRegistry& registry) {
-  constexpr int bytes = Ring<W>::ring_bytes + kFlushTiles * NT * 4 * kThreads * 4 + static_cast<int>(kCudaMmX8XBytes);
+template <DType W, int NT>
+void register_x8(KernelRegistry& registry, const char* prefix) {
+  constexpr int bytes = Ring<W>::ring_bytes + cuda_mm_x8_flush_tiles(NT) * NT * 4 * kThreads * 4 +
+                        static_cast<int>(kCudaMmX8XBytes);
   static_assert(bytes <= 227 * 1024, "shared memory");
   const auto shared = static_cast<uint32_t>(bytes);
-  Kernel kernel = make_cuda_kernel<ops::MatmulArgs>(
-      "mm_x8_" + std::string(dtype_name(W)) + "_f32", reinterpret_cast<const void*>(&mm_x8_kernel<W, NT>),
-      kThreads, true, shared);
+  Kernel kernel = make_cuda_kernel<ops::MatmulArgs>(std::string(prefix) + std::string(dtype_name(W)) + "_f32",
+                                                    reinterpret_cast<const void*>(&mm_x8_kernel<W, NT>), kThreads,
+                                                    true, shared);
   kernel.cluster_rows = true;
   registry.add(std::move(kernel));
+}
+
+template <DType W>
+void register_x8(KernelRegistry& registry) {
+  register_x8<W, 1>(registry, "mm_x8_");
+  register_x8<W, 4>(registry, "mm_x8_m32_");
 }
 
 }  // namespace

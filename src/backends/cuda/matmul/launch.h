@@ -96,22 +96,27 @@ inline constexpr int64_t kCudaMmSplitBlocksPerSm = 3;
 inline int64_t cuda_mm_split_tile_rows(int64_t m) { return m <= 16 ? 16 : 32; }
 int64_t cuda_mm_splits(int64_t m, int64_t n, int64_t k, int sms);
 LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t shared_bytes);
-/// mm_x8_<W>_f32 (gemm_x8.cu): the product of kCudaMmX8MinRows .. kCudaMmX8MaxRows rows of x
-/// (one tile of 8; the kernel pads fewer rows with zeros) with block-format weights on the 8-bit integer tensor cores (x
-/// rounded to int8 per 32 values, as the mv kernels do), in K stages of kCudaMmX8StageK
-/// values: K a whole number of stages, weight rows whole 16-byte words (q6_k: 8-byte words)
-/// at such an address. K is split among the `splits` blocks of a cluster (one per stage, at
-/// most kMaxClusterBlocks; a block's int8 x, kCudaMmX8XRowBytes per row and stage, fits
-/// kCudaMmX8XBytes); each block of 8 warps rounds its range of x to int8 once and takes N
-/// tiles of kCudaMmX8BlockRows rows in turn; grid {splits, tile groups}, about 2 blocks per
-/// SM. Dynamic shared memory: a weight ring of up to kCudaMmX8RingBytes (at least 3 stages)
-/// and the partial sums of kCudaMmX8FlushTiles tiles (together the kernel's max_shared_bytes
-/// less kCudaMmX8XBytes), then that x. One split per stage up to the cluster's 8: fewer,
-/// longer splits make the whole batched step slower (onepass bench --parallel 8).
-/// 8 rows: the mv kernels' dp4a work grows with the rows of x and is largest there, while
-/// this kernel's cost is that of a whole tile (onepass bench --parallel 8).
+/// mm_x8_<W>_f32 and mm_x8_m32_<W>_f32 (gemm_x8.cu): the product of kCudaMmX8MinRows ..
+/// kCudaMmX8MaxRows rows of x (one x tile of 8 rows, or 4 of them for more; the kernel pads
+/// fewer rows with zeros) with block-format weights on the 8-bit integer tensor
+/// cores (x rounded to int8 per 32 values, as the mv kernels do), in K stages of
+/// kCudaMmX8StageK values: K a whole number of stages, weight rows whole 16-byte words (q6_k:
+/// 8-byte words) at such an address. K is split among the `splits` blocks of a cluster (one
+/// per stage, at most kMaxClusterBlocks; a block's int8 x, kCudaMmX8XRowBytes per row and
+/// stage, fits kCudaMmX8XBytes); each block of 8 warps rounds its range of x to int8 once and
+/// takes N tiles of kCudaMmX8BlockRows rows in turn; grid {splits, tile groups}, about 2
+/// blocks per SM. Dynamic shared memory: a weight ring of up to kCudaMmX8RingBytes (at least
+/// 3 stages) and the partial sums of cuda_mm_x8_flush_tiles tiles (together the kernel's
+/// max_shared_bytes less kCudaMmX8XBytes), then that x. One split per stage up to the
+/// cluster's 8: fewer, longer splits make the whole batched step slower (onepass bench
+/// --parallel 8). The weights are read once per block for all rows of x and x once per
+/// block for all its tiles, where the split products read x again for every 64 weight rows.
+/// The rows it takes: exactly 8, and 25 to 32 (onepass bench --parallel 32, H200: llama-8b
+/// q4_0 +17% on the whole step, llama-1b q4_0 -2%; at 16 rows, padded to 32, both models
+/// are faster on the split products).
 inline constexpr int64_t kCudaMmX8MinRows = 8;
-inline constexpr int64_t kCudaMmX8MaxRows = 8;
+inline constexpr int64_t kCudaMmX8MaxRows = 32;
+inline constexpr int64_t kCudaMmX8M32MinRows = 25;
 inline constexpr int64_t kCudaMmX8TileRows = 8;
 inline constexpr int64_t kCudaMmX8StageK = 256;
 inline constexpr int64_t kCudaMmX8BlockRows = 128;  // weight rows of a block: 16 per warp
@@ -119,9 +124,12 @@ inline constexpr int64_t kCudaMmX8RingBytes = 56 * 1024;
 inline constexpr int64_t kCudaMmX8ScaleRowBytes = 144;
 inline constexpr int64_t kCudaMmX8XRowBytes = kCudaMmX8StageK + 16 + kCudaMmX8ScaleRowBytes;
 inline constexpr int64_t kCudaMmX8XBytes = 96 * 1024;
-inline constexpr int kCudaMmX8FlushTiles = 4;
+/// x tiles of 8 rows of a product of m rows (1 or 4), and the tiles whose partial sums a
+/// cluster keeps before adding them (16 KiB of sums per block at most).
+constexpr int cuda_mm_x8_tiles(int64_t m) { return m <= kCudaMmX8TileRows ? 1 : 4; }
+constexpr int cuda_mm_x8_flush_tiles(int x_tiles) { return 4 / x_tiles; }
 bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address);
-int64_t cuda_mm_x8_splits(int64_t k);
-LaunchDims cuda_mm_x8_dims(int64_t n, int64_t k, int sms, uint32_t max_shared_bytes);
+int64_t cuda_mm_x8_splits(int64_t m, int64_t k);
+LaunchDims cuda_mm_x8_dims(int64_t m, int64_t n, int64_t k, int sms, uint32_t max_shared_bytes);
 
 }  // namespace onepass::cuda

@@ -37,26 +37,29 @@ int64_t cuda_mm_splits(int64_t m, int64_t n, int64_t k, int sms) {
   return std::clamp<int64_t>(std::min<int64_t>(wanted, k / kCudaMmSplitMinK), 1, kMaxClusterBlocks);
 }
 
-// The most K stages of a block whose int8 x fits kCudaMmX8XBytes.
-constexpr int64_t kX8BlockStages = kCudaMmX8XBytes / (kCudaMmX8TileRows * kCudaMmX8XRowBytes);
+// The most K stages of a block whose int8 x (of m rows) fits kCudaMmX8XBytes.
+static int64_t x8_block_stages(int64_t m) {
+  return kCudaMmX8XBytes / (kCudaMmX8TileRows * cuda_mm_x8_tiles(m) * kCudaMmX8XRowBytes);
+}
 
 bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address) {
   const bool formats = w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0 || w == DType::q5_0 ||
                        w == DType::q5_1 || w == DType::q4_k || w == DType::q5_k || w == DType::q6_k;
   const int64_t word = w == DType::q6_k ? 8 : 16;
-  return formats && m >= kCudaMmX8MinRows && m <= kCudaMmX8MaxRows && k % kCudaMmX8StageK == 0 &&
-         k / kCudaMmX8StageK <= int64_t{kMaxClusterBlocks} * kX8BlockStages && row_bytes % word == 0 &&
+  const bool rows = m == kCudaMmX8TileRows || (m >= kCudaMmX8M32MinRows && m <= kCudaMmX8MaxRows);
+  return formats && rows && k % kCudaMmX8StageK == 0 &&
+         k / kCudaMmX8StageK <= int64_t{kMaxClusterBlocks} * x8_block_stages(m) && row_bytes % word == 0 &&
          address % word == 0;
 }
 
-int64_t cuda_mm_x8_splits(int64_t k) {
+int64_t cuda_mm_x8_splits(int64_t m, int64_t k) {
   const int64_t stages = k / kCudaMmX8StageK;
-  const int64_t needed = (stages + kX8BlockStages - 1) / kX8BlockStages;
+  const int64_t needed = (stages + x8_block_stages(m) - 1) / x8_block_stages(m);
   return std::clamp<int64_t>(std::max(needed, stages), 1, kMaxClusterBlocks);
 }
 
-LaunchDims cuda_mm_x8_dims(int64_t n, int64_t k, int sms, uint32_t max_shared_bytes) {
-  const int64_t splits = cuda_mm_x8_splits(k);
+LaunchDims cuda_mm_x8_dims(int64_t m, int64_t n, int64_t k, int sms, uint32_t max_shared_bytes) {
+  const int64_t splits = cuda_mm_x8_splits(m, k);
   const int64_t stages = k / kCudaMmX8StageK;
   const int64_t per = (stages + splits - 1) / splits;
   const int64_t n_tiles = (n + kCudaMmX8BlockRows - 1) / kCudaMmX8BlockRows;
@@ -68,7 +71,7 @@ LaunchDims cuda_mm_x8_dims(int64_t n, int64_t k, int sms, uint32_t max_shared_by
   dims.grid.y = static_cast<uint32_t>(std::min<int64_t>((n_tiles + tiles_per_group - 1) / tiles_per_group, 65535));
   dims.block.x = static_cast<uint32_t>(2 * kCudaMmX8BlockRows);
   dims.shared_bytes = static_cast<uint32_t>(max_shared_bytes - kCudaMmX8XBytes +
-                                            per * kCudaMmX8TileRows * kCudaMmX8XRowBytes);
+                                            per * kCudaMmX8TileRows * cuda_mm_x8_tiles(m) * kCudaMmX8XRowBytes);
   return dims;
 }
 
@@ -186,9 +189,9 @@ Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int6
   // mv stages x in shared memory: larger x goes to the matrix-matrix kernels.
   const bool mv = m <= ops::kMatmulMvMaxRows && cuda_mv_shared_bytes(quantized, m, k) <= kCudaMvSharedLimit;
   // 8 rows of x on block formats: the 8-bit integer tensor cores.
-  const std::string x8 = cat("mm_x8_", type, "_f32");
+  const std::string x8 = cat(cuda_mm_x8_tiles(m) == 1 ? "mm_x8_" : "mm_x8_m32_", type, "_f32");
   if (cuda_mm_x8(w, m, k, a.w_row_bytes, address) && registry.contains(x8)) {
-    return {x8, cuda_mm_x8_dims(n, k, b.info().multiprocessors, registry.get(x8).max_shared_bytes), true};
+    return {x8, cuda_mm_x8_dims(m, n, k, b.info().multiprocessors, registry.get(x8).max_shared_bytes), true};
   }
   // Many rows: cuBLAS on f16/bf16 operands, when its int sizes hold the shape and the
   // weight rows are 2-byte aligned (block fields are read as half words).
