@@ -176,12 +176,12 @@ namespace {
 using namespace quant_cases;
 
 // The CUDA products that the 8-bit integer tensor cores take (cuda::cuda_mm_x8: 8 or 25 to 32
-// rows of x, K whole stages of 256 values, weight rows of whole 16-byte words, q6_k 8-byte
-// words): x quantized to int8 per 32 values, as the matrix-vector kernels do.
+// rows of x, q4_k only 8; K whole stages of 256 values, weight rows of whole 16-byte words,
+// q6_k 8-byte words): x quantized to int8 per 32 values, as the matrix-vector kernels do.
 bool cuda_x8_product(DType t, int64_t m, int64_t k) {
   const bool formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0 || t == DType::q5_0 ||
                        t == DType::q5_1 || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
-  const bool rows = m == 8 || (m >= 25 && m <= 32);
+  const bool rows = m == 8 || (m >= 25 && m <= 32 && t != DType::q4_k);
   return formats && rows && k % (t == DType::q6_k ? 1024 : 256) == 0;
 }
 

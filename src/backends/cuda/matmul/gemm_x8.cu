@@ -468,7 +468,7 @@ void register_x8(KernelRegistry& registry, const char* prefix) {
 template <DType W>
 void register_x8(KernelRegistry& registry) {
   register_x8<W, 1>(registry, "mm_x8_");
-  register_x8<W, 4>(registry, "mm_x8_m32_");
+  if constexpr (W != DType::q4_k) register_x8<W, 4>(registry, "mm_x8_m32_");  // cuda_mm_x8
 }
 
 }  // namespace

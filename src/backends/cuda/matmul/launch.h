@@ -111,7 +111,7 @@ LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t sha
 /// cluster's 8: fewer, longer splits make the whole batched step slower (onepass bench
 /// --parallel 8). The weights are read once per block for all rows of x and x once per
 /// block for all its tiles, where the split products read x again for every 64 weight rows.
-/// The rows it takes: exactly 8, and 25 to 32 (onepass bench --parallel 32, H200: llama-8b
+/// The rows it takes: exactly 8, and 25 to 32 but for q4_k (onepass bench --parallel 32, H200: llama-8b
 /// q4_0 +17% on the whole step, llama-1b q4_0 -2%; at 16 rows, padded to 32, both models
 /// are faster on the split products).
 inline constexpr int64_t kCudaMmX8MinRows = 8;

@@ -46,7 +46,10 @@ bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t addre
   const bool formats = w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0 || w == DType::q5_0 ||
                        w == DType::q5_1 || w == DType::q4_k || w == DType::q5_k || w == DType::q6_k;
   const int64_t word = w == DType::q6_k ? 8 : 16;
-  const bool rows = m == kCudaMmX8TileRows || (m >= kCudaMmX8M32MinRows && m <= kCudaMmX8MaxRows);
+  // q4_k's 32-row body spills registers (384 bytes of loads): 25..32 rows of it stay on the
+  // split products.
+  const bool rows = m == kCudaMmX8TileRows ||
+                    (m >= kCudaMmX8M32MinRows && m <= kCudaMmX8MaxRows && w != DType::q4_k);
   return formats && rows && k % kCudaMmX8StageK == 0 &&
          k / kCudaMmX8StageK <= int64_t{kMaxClusterBlocks} * x8_block_stages(m) && row_bytes % word == 0 &&
          address % word == 0;
