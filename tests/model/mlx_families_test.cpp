@@ -807,7 +807,7 @@ int64_t load_peak_growth(const fs::path& path) {
 // load peaks as the stacked directory's does (the backend's copy and the buffers), not by a
 // second copy of the experts.
 TEST(MlxPerExpert, LoadKeepsTheWeightsResidentOnce) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef ONEPASS_ASAN
   GTEST_SKIP() << "AddressSanitizer's shadow memory inflates the resident set";
 #endif
   ModelShape shape = test_shape("olmoe-1b-7b", 0);  // 16 experts of 512 x 256: 12 MB f16 a layer

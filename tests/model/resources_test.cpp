@@ -23,14 +23,6 @@
 #include "onepass/model/model_maker.h"
 #include "support/testing.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ONEPASS_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ONEPASS_ASAN 1
-#endif
-#endif
-
 namespace onepass {
 namespace {
 

@@ -12,6 +12,16 @@
 
 #include <gtest/gtest.h>
 
+// ONEPASS_ASAN: built with AddressSanitizer (GCC's macro or clang's feature test), whose
+// shadow memory makes resident-set measurements meaningless.
+#if defined(__SANITIZE_ADDRESS__)
+#define ONEPASS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ONEPASS_ASAN 1
+#endif
+#endif
+
 #include "onepass/backends/factory.h"
 #include "onepass/core/device.h"
 #include "onepass/core/half.h"
