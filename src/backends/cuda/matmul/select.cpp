@@ -191,7 +191,7 @@ Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int6
   const KernelRegistry& registry = b.registry();
   // mv stages x in shared memory: larger x goes to the matrix-matrix kernels.
   const bool mv = m <= ops::kMatmulMvMaxRows && cuda_mv_shared_bytes(quantized, m, k) <= kCudaMvSharedLimit;
-  // 8 rows of x on block formats: the 8-bit integer tensor cores.
+  // 8 or 25..32 rows of x on block formats: the 8-bit integer tensor cores (cuda_mm_x8).
   const std::string x8 = cat(cuda_mm_x8_tiles(m) == 1 ? "mm_x8_" : "mm_x8_m32_", type, "_f32");
   if (cuda_mm_x8(w, m, k, a.w_row_bytes, address) && registry.contains(x8)) {
     return {x8, cuda_mm_x8_dims(m, n, k, b.info().multiprocessors, registry.get(x8).max_shared_bytes), true};
