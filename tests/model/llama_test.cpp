@@ -417,12 +417,12 @@ TEST_P(LlamaVsReference, PrefillAndDecodeMatchFloat64) {
   const auto tokens = some_tokens(9, seed, static_cast<int>(v.config.vocab_size));
   const auto want = reference_logits(*src, tokens, v.kv_type);
   auto backend = testing::cpu_backend();
-  // The SIMD CPU paths round x to int16 per 256 values in the q4_0 / q4_1 / q8_0 / q6_k
-  // matrix-vector products (up to 2^-16 of the group's largest |x|): 2e-4 through the layers.
-  const bool int16_x = backend->info().isa != "portable" &&
-                       (v.weights == DType::q4_0 || v.weights == DType::q4_1 || v.weights == DType::q8_0 ||
-                        v.weights == DType::q6_k);
-  const double rtol = int16_x ? std::max(v.rtol, 2e-4) : v.rtol;
+  // The SIMD CPU paths round x to int16 per 256 values in the integer matrix-vector
+  // products (up to 2^-16 of the group's largest |x|): 5e-4 through the layers. q4_k's
+  // integer part d · sc · q reaches twice the weight where its min cancels half of it (the
+  // largest error seen over 60 seeds: 3.6e-4).
+  const bool int16_x = testing::cpu_rounds_x_to_int16(*backend, v.weights);
+  const double rtol = int16_x ? std::max(v.rtol, 5e-4) : v.rtol;
   LoadOptions o;
   o.kv_type = v.kv_type;
   o.context = 32;

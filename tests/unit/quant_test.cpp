@@ -638,6 +638,23 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
           ASSERT_NEAR(out16[i * 2], ref, atol) << "int16 x, " << rows << " rows, row " << i;
           ASSERT_EQ(out16[i * 2 + 1], -1.0f) << "wrote between output rows";
         }
+        if (rows != 1 || kernels.dot_weight_rows_int16 == nullptr) continue;
+        // Several weight rows at once (one row of x): 6 copies of the row, 3 bytes of gap
+        // between them, through a pass of 4 rows and one of 2; each the same value, within
+        // the tolerance of float64.
+        const int64_t row_bytes = static_cast<int64_t>(row.size()) + 3;
+        std::vector<uint8_t> copies(static_cast<size_t>(6 * row_bytes));
+        for (int64_t r = 0; r < 6; ++r) std::copy(row.begin(), row.end(), copies.begin() + r * row_bytes);
+        std::vector<float> rows_out(7, -1.0f);
+        kernels.dot_weight_rows_int16(copies.data(), row_bytes, 6, xi, rows_out.data());
+        double ref = 0;
+        const double atol = dot_tolerance(x.data(), w.data(), offsets.data(), k, ref) +
+                            x_int16_rounding(x.data(), w.data(), offsets.data(), k);
+        for (int64_t r = 0; r < 6; ++r) {
+          ASSERT_NEAR(rows_out[r], ref, atol) << "weight row " << r;
+          ASSERT_EQ(rows_out[r], rows_out[0]) << "weight row " << r << " differs from row 0";
+        }
+        ASSERT_EQ(rows_out[6], -1.0f) << "wrote past the rows";
       }
     }
   }
