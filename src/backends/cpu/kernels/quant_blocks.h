@@ -105,7 +105,7 @@ using DotWeightRowsBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, i
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
-  // Set where integer x is faster (q4_0, q4_1, q8_0, q4_k, q5_k and q6_k on every SIMD set): the
+  // Set where integer x is faster (q4_0, q4_1, q8_0 and the k-quants on every SIMD set): the
   // matrix-vector kernels then use it in place of `dot`; x needs block sums when
   // int16_block_sums is set.
   DotRowsInt16Fn dot_int16 = nullptr;

@@ -91,8 +91,12 @@ KernelTable make_table(Isa isa) {
     if (isa != Isa::portable) {
       kernels.dot_int16 = block32_int16_dot(w, isa);
       if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_int16_dot(w, isa);
+      if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_low_int16_dot(w, isa);
       kernels.dot_weight_rows_int16 = block32_int16_dot_weight_rows(w, isa);
       if (kernels.dot_weight_rows_int16 == nullptr) kernels.dot_weight_rows_int16 = kquant_int16_dot_weight_rows(w, isa);
+      if (kernels.dot_weight_rows_int16 == nullptr) {
+        kernels.dot_weight_rows_int16 = kquant_low_int16_dot_weight_rows(w, isa);
+      }
       // The formats with an additive min per block take x's block sums.
       kernels.int16_block_sums =
           kernels.dot_int16 != nullptr && (w == DType::q4_1 || w == DType::q4_k || w == DType::q5_k);
