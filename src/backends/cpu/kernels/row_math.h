@@ -56,4 +56,13 @@ inline float gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(u));
 }
 
+/// The activations of activate_rows.
+enum class Activation : uint8_t { silu, gelu, softcap };
+
+/// out[j] = act(x[j]) · up[j] for j < n (act alone where up is null), act silu, gelu (as
+/// above) or softcap (cap · tanh(x / cap)). On x86 SIMD sets, exp and tanh are vector
+/// polynomials within a few f32 ulp of the scalar functions (activation.cpp); the
+/// activation kernels and the fused products both call this, so they agree bit for bit.
+void activate_rows(Activation act, const float* x, const float* up, float* out, int64_t n, float cap = 0.0f);
+
 }  // namespace onepass::cpu

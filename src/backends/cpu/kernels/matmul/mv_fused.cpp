@@ -122,7 +122,11 @@ void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) 
     const int64_t n1 = std::min(a.n, n0 + kCpuMvRowsPerBlock);
     if (a.m == 1) {
       dot.rows(w + n0 * a.w_row_bytes, a.w_row_bytes, n1 - n0, block_products);
-      if (f.silu != 0 && !rope) dot.rows(w + (n0 + a.n) * a.w_row_bytes, a.w_row_bytes, n1 - n0, block_up);
+      if (f.silu != 0 && !rope) {
+        dot.rows(w + (n0 + a.n) * a.w_row_bytes, a.w_row_bytes, n1 - n0, block_up);
+        activate_rows(f.gelu != 0 ? Activation::gelu : Activation::silu, block_products, block_up, block_products,
+                      n1 - n0);
+      }
     }
     for (int64_t n = n0; n < n1; ++n) {
       if (a.m == 1) {
@@ -134,13 +138,9 @@ void mv_fused(const void* raw, const LaunchDims&, uint64_t first, uint64_t end) 
         block_values[n - n0] = product[0];
         continue;
       }
-      if (f.silu != 0) {
-        if (a.m == 1) {
-          up[0] = block_up[n - n0];
-        } else {
-          dot(w + (n + a.n) * a.w_row_bytes, up, 1);
-        }
-        for (int64_t i = 0; i < a.m; ++i) product[i] = (f.gelu != 0 ? gelu(product[i]) : silu(product[i])) * up[i];
+      if (f.silu != 0 && a.m > 1) {
+        dot(w + (n + a.n) * a.w_row_bytes, up, 1);
+        activate_rows(f.gelu != 0 ? Activation::gelu : Activation::silu, product, up, product, a.m);
       }
       for (int64_t i = 0; i < a.m; ++i) {
         float v = product[i];
