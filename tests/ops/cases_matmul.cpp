@@ -123,12 +123,14 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
 //
 // With x rounded (XRounding) the kernel is the CUDA matrix-vector kernel for block formats,
 // which quantizes x to int8 per 32 values (d = amax / 127, as llama.cpp does), or the CPU's
-// SIMD ones for q4_0, q4_1, q8_0 and q6_k (int16 per 256 values, d = amax / 32767); both
-// apply the formats' additive terms with exact sums of x. Each activation is then off by
-// at most d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element (measured: well inside).
+// SIMD ones for q4_0, q4_1, q5_0, q5_1, q8_0, q6_k, iq4_nl and iq4_xs (int16 per 256 values,
+// d = amax / 32767); both apply the formats' additive terms with exact sums of x. Each
+// activation is then off by at most d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element
+// (measured: well inside).
 XRounding mv_x_rounding(const Backend& backend, DType t) {
   if (backend.kind() == BackendKind::cuda) return dtype_is_quantized(t) ? kXInt8PerBlock : kXF32;
-  const bool int16_formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0 || t == DType::q6_k;
+  const bool int16_formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q5_1 ||
+                             t == DType::q8_0 || t == DType::q6_k || t == DType::iq4_nl || t == DType::iq4_xs;
   return backend.info().isa != "portable" && int16_formats ? kXInt16PerGroup : kXF32;
 }
 
