@@ -643,7 +643,7 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
   }
 }
 
-// The 4-bit rows on x split into bytes (avx512_vnni with VBMI): one row of x against n
+// The 4- and 5-bit rows on x split into bytes (avx512_vnni with VBMI): one row of x against n
 // weight rows, k with whole and partial quads of 4 blocks, groups of 256 values of very
 // different sizes, both passes (4 rows, 1 row) and both prefetch distances; each row within
 // the 16-bit x tolerance of float64, and the same bits whatever n and its place.
@@ -653,7 +653,7 @@ TEST(CpuRowKernels, SplitXMatchesFloat64) {
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
   int tested = 0;
-  for (DType t : {DType::q4_0, DType::q4_1}) {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1}) {
     const cpu::RowKernels& kernels = cpu::row_kernels(t, cpu::Isa::avx512_vnni);
     if (kernels.dot_weight_rows_bytes == nullptr) continue;  // no VBMI
     for (int64_t k : {32, 64, 96, 128, 576, 1056, 2048 + 96, 8192}) {

@@ -97,7 +97,7 @@ KernelTable make_table(Isa isa) {
       kernels.int16_block_sums = kernels.dot_int16 != nullptr && (w == DType::q4_1 || w == DType::q5_1);
       if (isa == Isa::avx512_vnni && w == DType::q6_k) kernels.int16_order = XInt16Order::even_odd;
       kernels.dot_weight_rows_bytes = q4_split_x_dot_weight_rows(w, isa);
-      kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && w == DType::q4_1;
+      kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && (w == DType::q4_1 || w == DType::q5_1);
     }
 #else
     (void)isa;

@@ -60,8 +60,8 @@ DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
 DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
-// The 4-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0 and q4_1 on Isa::avx512_vnni;
-// null for the other types and sets.
+// The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
+// Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
