@@ -249,8 +249,8 @@ int main(int argc, char** argv) {
         bw1, threads, bwn);
 
     std::vector<Format> formats;
-    for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k, DType::q5_k, DType::q6_k, DType::q2_k, DType::q3_k,
-                    DType::f16}) {
+    for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0, DType::q5_0, DType::q5_1, DType::iq4_nl,
+                    DType::iq4_xs, DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k, DType::f16}) {
       formats.push_back({std::string(dtype_name(t)), t, false, {}});
     }
     Format mlx;

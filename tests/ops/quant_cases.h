@@ -26,7 +26,7 @@ struct XRounding {
 };
 inline constexpr XRounding kXF32{};
 inline constexpr XRounding kXInt8PerBlock{32, 127};      // CUDA matrix-vector, block formats
-inline constexpr XRounding kXInt16PerGroup{256, 32767};  // CPU avx512_vnni: q4_0, q4_1, q8_0
+inline constexpr XRounding kXInt16PerGroup{256, 32767};  // CPU SIMD matrix-vector (mv_x_rounding)
 
 /// The rounding of x by `backend`'s matrix-vector kernels (m <= ops::kMatmulMvMaxRows) for
 /// weights of type t.

@@ -59,11 +59,10 @@ std::vector<float> download_floats(const TensorView& t);
 float round_to(DType t, float v);
 
 /// Whether the CPU backend's matrix-vector products with weights of type t round x to
-/// 16-bit integers per 256 values (the SIMD integer row kernels; not on the portable path).
+/// 16-bit integers per 256 values: the SIMD integer row kernels of every block format (not
+/// on the portable path).
 inline bool cpu_rounds_x_to_int16(const Backend& backend, DType t) {
-  const bool formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0 || t == DType::q2_k ||
-                       t == DType::q3_k || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
-  return backend.kind() == BackendKind::cpu && backend.info().isa != "portable" && formats;
+  return backend.kind() == BackendKind::cpu && backend.info().isa != "portable" && dtype_is_quantized(t);
 }
 
 /// A directory name for the running test under the system's temporary directory:

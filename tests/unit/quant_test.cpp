@@ -660,7 +660,7 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
   }
 }
 
-// The 4-bit rows on x split into bytes (avx512_vnni with VBMI): one row of x against n
+// The 4- and 5-bit rows on x split into bytes (avx512_vnni with VBMI): one row of x against n
 // weight rows, k with whole and partial quads of 4 blocks, groups of 256 values of very
 // different sizes, both passes (4 rows, 1 row) and both prefetch distances; each row within
 // the 16-bit x tolerance of float64, and the same bits whatever n and its place.
@@ -670,7 +670,7 @@ TEST(CpuRowKernels, SplitXMatchesFloat64) {
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
   int tested = 0;
-  for (DType t : {DType::q4_0, DType::q4_1}) {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1}) {
     const cpu::RowKernels& kernels = cpu::row_kernels(t, cpu::Isa::avx512_vnni);
     if (kernels.dot_weight_rows_bytes == nullptr) continue;  // no VBMI
     for (int64_t k : {32, 64, 96, 128, 576, 1056, 2048 + 96, 8192}) {
@@ -704,6 +704,59 @@ TEST(CpuRowKernels, SplitXMatchesFloat64) {
     }
   }
   if (tested == 0) GTEST_SKIP() << "no VBMI";
+}
+
+// The 16-bit x kernels for several weight rows at once (dot_weight_rows_int16, with one row
+// of x) on every set that has them: k with partial groups of 256 values, groups of very
+// different sizes, both passes (4 rows, 1 row) and both prefetch distances (rows of 8192
+// values); each row within the 16-bit x tolerance of float64, and the same bits whatever n
+// and its place.
+TEST(CpuRowKernels, Int16WeightRowsMatchFloat64) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const char* isa_names[] = {"portable", "avx2", "avx512", "avx512_vnni"};
+  int tested = 0;
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_vnni}) {
+    if (!cpu::isa_supported(isa)) continue;
+    for (DType t : kWeightTypes) {
+      const cpu::RowKernels& kernels = cpu::row_kernels(t, isa);
+      if (kernels.dot_weight_rows_int16 == nullptr) continue;
+      const int64_t block = dtype_block_elems(t);
+      for (int64_t k : {int64_t{32}, int64_t{96}, int64_t{256}, int64_t{576}, int64_t{1280}, int64_t{2048 + 96},
+                        int64_t{8192}}) {
+        if (k % block != 0) continue;
+        SCOPED_TRACE(cat(dtype_name(t), " ", isa_names[static_cast<int>(isa)], " k ", k));
+        const int64_t n = 9;
+        const std::vector<uint8_t> rows = random_blocks(t, n * k, rng);
+        const std::vector<float> w = dequantized(t, rows);
+        const std::vector<float> offsets = block_offsets(t, rows);
+        std::vector<float> x = uniform(static_cast<size_t>(k), rng);
+        for (int64_t j = 0; j < k; ++j) x[j] *= std::ldexp(1.0f, static_cast<int>(j / cpu::kXInt16Group % 5) * 7 - 14);
+        const int64_t row_bytes = static_cast<int64_t>(rows.size()) / n;
+        const cpu::XInt16 xi = cpu::round_x_int16(x.data(), k, 1, k, kernels.int16_block_sums, kernels.int16_order, isa);
+        std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
+        kernels.dot_weight_rows_int16(rows.data(), row_bytes, n, xi, out.data());
+        ASSERT_EQ(out[n], -1.0f) << "wrote past the rows";
+        for (int64_t r = 0; r < n; ++r) {
+          double ref = 0;
+          double atol = dot_tolerance(x.data(), &w[r * k], &offsets[r * k], k, ref);
+          atol += x_int16_rounding(x.data(), &w[r * k], &offsets[r * k], k);
+          ASSERT_NEAR(out[r], ref, atol) << "row " << r;
+          float alone = -1.0f;
+          kernels.dot_weight_rows_int16(rows.data() + r * row_bytes, row_bytes, 1, xi, &alone);
+          ASSERT_EQ(alone, out[r]) << "row " << r << " alone";
+        }
+        // A non-finite x makes every product non-finite, as the f32 products are.
+        x[k / 2] = INFINITY;
+        const cpu::XInt16 inf = cpu::round_x_int16(x.data(), k, 1, k, kernels.int16_block_sums, kernels.int16_order, isa);
+        kernels.dot_weight_rows_int16(rows.data(), row_bytes, n, inf, out.data());
+        for (int64_t r = 0; r < n; ++r) ASSERT_FALSE(std::isfinite(out[r])) << "row " << r;
+        ++tested;
+      }
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no set with 16-bit x kernels for several weight rows";
 }
 
 // --- every instruction set through the ops --------------------------------------------------
@@ -860,28 +913,31 @@ TEST(CpuMatmul, ResultsDoNotDependOnThreads) {
   std::mt19937_64 rng(testing::fresh_seed());
   const int64_t n = 333, k = 512;
   const std::vector<float> wf = uniform(static_cast<size_t>(n * k), rng);
-  const std::vector<uint8_t> wq = quantized(DType::q4_k, wf);
-  for (int64_t m : {int64_t{3}, int64_t{70}}) {
-    const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
-    std::vector<std::vector<float>> results;
-    for (int threads : {1, 2, 3}) {
-      Options options = testing::test_options();
-      options.cpu_threads = threads;
-      auto backend = testing::cpu_backend(options);
-      TensorView xt = backend->alloc_tensor(DType::f32, {m, k});
-      TensorView wt = backend->alloc_tensor(DType::q4_k, {n, k});
-      TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
-      xt.view.write(x);
-      wt.view.write(wq);
-      GraphExecutor executor(backend);
-      GraphSession session = executor.begin();
-      ops::matmul(session, xt, wt, ot);
-      session.finish();
-      results.push_back(ot.view.read_as<float>());
-    }
-    for (size_t i = 1; i < results.size(); ++i) {
-      EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * 4), 0)
-          << "M " << m << ", pool " << i;
+  for (DType t : {DType::q4_k, DType::q5_0, DType::q5_1, DType::iq4_nl, DType::iq4_xs}) {
+    SCOPED_TRACE(dtype_name(t));
+    const std::vector<uint8_t> wq = quantized(t, wf);
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{70}}) {
+      const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        Options options = testing::test_options();
+        options.cpu_threads = threads;
+        auto backend = testing::cpu_backend(options);
+        TensorView xt = backend->alloc_tensor(DType::f32, {m, k});
+        TensorView wt = backend->alloc_tensor(t, {n, k});
+        TensorView ot = backend->alloc_tensor(DType::f32, {m, n});
+        xt.view.write(x);
+        wt.view.write(wq);
+        GraphExecutor executor(backend);
+        GraphSession session = executor.begin();
+        ops::matmul(session, xt, wt, ot);
+        session.finish();
+        results.push_back(ot.view.read_as<float>());
+      }
+      for (size_t i = 1; i < results.size(); ++i) {
+        EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * 4), 0)
+            << "M " << m << ", pool " << i;
+      }
     }
   }
 }

@@ -12,12 +12,14 @@ namespace onepass::cpu {
 
 enum class Isa : uint8_t {
   portable,     // plain C++ the compiler may vectorise for the baseline ISA
-  avx2,         // AVX2 + FMA + F16C: q4_0, q4_1, q8_0 and q6_k matrix-vector products dot
-                // 16-bit integer x with integer weights (XInt16, vpmaddwd)
+  avx2,         // AVX2 + FMA + F16C: q4_0, q4_1, q5_0, q5_1, q8_0, q6_k, iq4_nl and iq4_xs
+                // matrix-vector products dot 16-bit integer x with integer weights (XInt16,
+                // vpmaddwd)
   avx512,       // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats;
                 // the integer products are avx2's)
   avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
-                // (with VBMI too, q4_0's and q4_1's one-row products with vpdpbusd)
+                // (with VBMI too, the one-row products of q4_0, q4_1, q5_0 and q5_1 with
+                // vpdpbusd)
 };
 
 /// The widest Isa this CPU supports (checked once).
@@ -44,7 +46,7 @@ using DecodeRowFn = void (*)(const void* w_row, int64_t k, float* dst);
 /// about q[i * k + j] · group_scale[i * groups + j / kXInt16Group], off by at most half a
 /// step, the step being the group's largest |x| / 32767 (so relative to that largest value
 /// the error is at most 2^-16); block_sum[i * k / 32 + j / 32] is the f32 sum of the
-/// row's unrounded values of j's 32-value block (for the additive term of q4_1).
+/// row's unrounded values of j's 32-value block (for the additive term of q4_1 and q5_1).
 /// k is a multiple of 32; groups = ceil(k / kXInt16Group).
 struct XInt16 {
   const int16_t* q = nullptr;
@@ -78,12 +80,12 @@ using DotWeightRowsInt16Fn = void (*)(const void* w_rows, int64_t w_row_bytes, i
                                       const XInt16& x, float* out);
 
 /// One row of x rounded as XInt16 does (the same integers and group scales), each integer
-/// split into bytes, x = 256 · h + l with h signed and l unsigned, for the 4-bit kernels
-/// that multiply nibbles with bytes (vpdpbusd). Per quad of 4 blocks (128 values), 64 bytes
+/// split into bytes, x = 256 · h + l with h signed and l unsigned, for the 4- and 5-bit
+/// kernels that multiply the weights' values with bytes (vpdpbusd). Per quad of 4 blocks (128 values), 64 bytes
 /// each: l of values 0..15 of the blocks, l of values 16..31, h of 0..15, h of 16..31, where
 /// 32-bit lane j holds block j % 4's values 4 (j / 4) .. 4 (j / 4) + 3 (+ 16); then per lane
-/// (its 8 values) the int32 -8 · Σ x (q4_0's offset of its nibbles), and with lane sums the
-/// f32 Σ of the unrounded values (q4_1's additive term). Blocks past k are zero.
+/// (its 8 values) the int32 -8 · Σ x (q4_0's offset of its nibbles, half q5_0's), and with
+/// lane sums the f32 Σ of the unrounded values (the additive term of q4_1 and q5_1). Blocks past k are zero.
 struct XInt16Bytes {
   const uint8_t* quads = nullptr;
   const float* group_scale = nullptr;
@@ -105,16 +107,15 @@ using DotWeightRowsBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, i
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
-  // Set where integer x is faster (q4_0, q4_1, q8_0 and the k-quants on every SIMD set): the
-  // matrix-vector kernels then use it in place of `dot`; x needs block sums when
-  // int16_block_sums is set.
+  // Set where integer x is faster (every block format on every SIMD set): the matrix-vector
+  // kernels then use it in place of `dot`; x needs block sums when int16_block_sums is set.
   DotRowsInt16Fn dot_int16 = nullptr;
   // With one row of x, for several weight rows at once; null where one at a time is as fast.
   DotWeightRowsInt16Fn dot_weight_rows_int16 = nullptr;
   bool int16_block_sums = false;
   XInt16Order int16_order = XInt16Order::values;
-  // With one row of x, in place of dot_weight_rows_int16 where set (the 4-bit formats on
-  // avx512_vnni); x needs lane sums when bytes_lane_sums is set.
+  // With one row of x, in place of dot_weight_rows_int16 where set (q4_0, q4_1, q5_0 and
+  // q5_1 on avx512_vnni with VBMI); x needs lane sums when bytes_lane_sums is set.
   DotWeightRowsBytesFn dot_weight_rows_bytes = nullptr;
   bool bytes_lane_sums = false;
 };

@@ -1,23 +1,33 @@
-// Integer row kernels of q4_0, q4_1 and q8_0 for x rounded to 16-bit integers per group of
-// 256 values (XInt16), and the rounding itself: weights as their 16-bit integer values, the
-// block's exact integer sum scaled once in f32.
+// Integer row kernels of the 32-value block formats q4_0, q4_1, q5_0, q5_1, q8_0 and iq4_nl
+// for x rounded to 16-bit integers per group of 256 values (XInt16), and the rounding
+// itself: weights as their 16-bit integer values, the block's exact integer sum scaled once
+// in f32.
 //
-// Isa::avx512_vnni: one vpdpwssd per 32-value block. Decoding a weight block this way takes
+// Isa::avx512_vnni: one vpdpwssd per 32-value block. Decoding a 4-bit block this way takes
 // three instructions (a broadcast load, a GF(2) affine byte transform that both extracts the
 // nibbles and sign-extends q - 8, a widening move) where the f32 path builds a 16-entry table
-// and picks from it twice; the f32 FMAs per block go from two to one. With one row of x,
-// q4_0 and q4_1 go through four weight rows at a time (dot_weight_rows).
+// and picks from it twice; the f32 FMAs per block go from two to one. q5_0 and q5_1 add the
+// fifth bits with one byte addition masked by the block's 32-bit qh; iq4_nl maps its nibbles
+// to the grid (kIq4Values) with one byte shuffle. With one row of x, the formats but q8_0 go
+// through four weight rows at a time (dot_weight_rows).
 //
 // Isa::avx2: two vpmaddwd per block (16 values each) and one f32 FMA, where the f32 path
 // converts the block's 32 values to f32 and multiplies them in four FMAs per row of x.
+//
+// No 32-bit lane overflows: a lane of a block's integer sum (2 products per lane with
+// vpdpwssd from zero, 4 with avx2's two vpmaddwd added) adds at most 4 products of a weight
+// integer, at most 128 in magnitude (q8_0; 127 for iq4_nl's grid, 31 for q5_1, 16 for q5_0,
+// 15 for q4_1, 8 for q4_0), and an x integer (|x| <= 32767): below 4 · 128 · 32767 < 2^24.
 //
 // The x error this adds is at most 2^-16 of its group's largest |x| per value, about 250
 // times below the 8-bit blocks llama.cpp uses.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "onepass/core/error.h"
+#include "onepass/ops/quant.h"
 #include "rows.h"
 #include "simd.h"
 
@@ -63,6 +73,15 @@ inline __m512i nibble_values(const uint8_t* q) {
   return _mm512_cvtepi8_epi16(_mm256_gf2p8affine_epi64_epi8(raw, matrix, kSigned ? 0xF8 : 0));
 }
 
+// The 32 nibbles of 16 bytes at q (as nibble_values) as bytes in value order.
+inline __m256i nibble_values_u8(const uint8_t* q) {
+  const __m256i raw =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i matrix = _mm256_setr_epi64x(nibble_matrix(0, false), nibble_matrix(0, false),
+                                            nibble_matrix(4, false), nibble_matrix(4, false));
+  return _mm256_gf2p8affine_epi64_epi8(raw, matrix, 0);
+}
+
 // Block formats: the block's 32 integer values, its scale d and (kOffset) its additive m:
 // weight j = d * values[j] (+ m).
 struct Q4_0 {
@@ -84,6 +103,49 @@ struct Q8_0 {
   static constexpr bool kOffset = false;
   static __m512i values(const uint8_t* b) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
+  }
+  static float offset(const uint8_t*) { return 0.0f; }
+};
+
+// 32 weights of a 5-bit block (qh: 32 bits, bit j the fifth bit of value j; qs: 16 bytes of
+// nibbles as q4_0's) as 16-bit integers in value order: q - 16 when kSigned, else q. The
+// transform's constant 0xF0 sets bits 4..7 of the nibble n, which gives n - 16 as a signed
+// byte; adding 16 where the fifth bit is set gives q - 16.
+template <bool kSigned>
+inline __m512i five_bit_values(const uint8_t* qh, const uint8_t* qs) {
+  uint32_t fifth;
+  std::memcpy(&fifth, qh, 4);
+  const __m256i raw =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i matrix = _mm256_setr_epi64x(nibble_matrix(0, false), nibble_matrix(0, false),
+                                            nibble_matrix(4, false), nibble_matrix(4, false));
+  const __m256i low = _mm256_gf2p8affine_epi64_epi8(raw, matrix, kSigned ? 0xF0 : 0);
+  const __m256i q = _mm256_mask_add_epi8(low, fifth, low, _mm256_set1_epi8(16));
+  return kSigned ? _mm512_cvtepi8_epi16(q) : _mm512_cvtepu8_epi16(q);
+}
+
+struct Q5_0 {
+  static constexpr int64_t kBytes = 22;
+  static constexpr bool kOffset = false;
+  static __m512i values(const uint8_t* b) { return five_bit_values<true>(b + 2, b + 6); }
+  static float offset(const uint8_t*) { return 0.0f; }
+};
+
+struct Q5_1 {
+  static constexpr int64_t kBytes = 24;
+  static constexpr bool kOffset = true;
+  static __m512i values(const uint8_t* b) { return five_bit_values<false>(b + 4, b + 8); }
+  static float offset(const uint8_t* b) { return half_at(b + 2); }
+};
+
+// iq4_nl: the nibbles (as q4_0's) pick their grid value kIq4Values[q] in one byte shuffle.
+struct IQ4_NL {
+  static constexpr int64_t kBytes = 18;
+  static constexpr bool kOffset = false;
+  static __m512i values(const uint8_t* b) {
+    const __m256i grid =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values)));
+    return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(grid, nibble_values_u8(b + 2)));
   }
   static float offset(const uint8_t*) { return 0.0f; }
 };
@@ -348,6 +410,60 @@ struct Q8_0 {
   static float offset(const uint8_t*) { return 0.0f; }
 };
 
+// The 32 values q = nibble | fifth bit << 4 of a 5-bit block (qh: 32 bits, bit j the fifth
+// bit of value j; qs: nibbles as q4_0's) as bytes in value order.
+inline __m256i five_bit_bytes(const uint8_t* qh, const uint8_t* qs) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  // Byte j of `spread` is byte j / 8 of bits; testing bit j % 8 of it gives value j's bit.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i fifth =
+      _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), _mm256_set1_epi8(0x10));
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+  return _mm256_or_si256(nibbles, fifth);
+}
+
+struct Q5_0 {
+  static constexpr int64_t kBytes = 22;
+  static constexpr bool kOffset = false;
+  static void values(const uint8_t* b, __m256i& v0, __m256i& v1) {
+    const __m256i q = _mm256_sub_epi8(five_bit_bytes(b + 2, b + 6), _mm256_set1_epi8(16));
+    v0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+    v1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
+  }
+  static float offset(const uint8_t*) { return 0.0f; }
+};
+
+struct Q5_1 {
+  static constexpr int64_t kBytes = 24;
+  static constexpr bool kOffset = true;
+  static void values(const uint8_t* b, __m256i& v0, __m256i& v1) {
+    const __m256i q = five_bit_bytes(b + 4, b + 8);
+    v0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q));
+    v1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(q, 1));
+  }
+  static float offset(const uint8_t* b) { return half_at(b + 2); }
+};
+
+// iq4_nl: each nibble picks its grid value kIq4Values[q] in one byte shuffle per 16 values.
+struct IQ4_NL {
+  static constexpr int64_t kBytes = 18;
+  static constexpr bool kOffset = false;
+  static void values(const uint8_t* b, __m256i& v0, __m256i& v1) {
+    const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values));
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    v0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(grid, _mm_and_si128(raw, low4)));
+    v1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(grid, _mm_and_si128(_mm_srli_epi16(raw, 4), low4)));
+  }
+  static float offset(const uint8_t*) { return 0.0f; }
+};
+
 // Per row of x and group of 8 blocks: Σ_block d · (Σ values · q) in f32 lanes (blocks take
 // turns over four partial sums for one row of x, two for two rows), then · the group's scale
 // into the row's sum; the additive terms m · Σx per block in four scalar chains. A block's
@@ -518,6 +634,12 @@ DotRowsInt16Fn block32_int16_dot(DType w, Isa isa) {
         return avx512_vnni::dot_rows<avx512_vnni::Q4_1>;
       case DType::q8_0:
         return avx512_vnni::dot_rows<avx512_vnni::Q8_0>;
+      case DType::q5_0:
+        return avx512_vnni::dot_rows<avx512_vnni::Q5_0>;
+      case DType::q5_1:
+        return avx512_vnni::dot_rows<avx512_vnni::Q5_1>;
+      case DType::iq4_nl:
+        return avx512_vnni::dot_rows<avx512_vnni::IQ4_NL>;
       default:
         break;
     }
@@ -529,6 +651,12 @@ DotRowsInt16Fn block32_int16_dot(DType w, Isa isa) {
         return avx2::int16_dot_rows<avx2::Q4_1>;
       case DType::q8_0:
         return avx2::int16_dot_rows<avx2::Q8_0>;
+      case DType::q5_0:
+        return avx2::int16_dot_rows<avx2::Q5_0>;
+      case DType::q5_1:
+        return avx2::int16_dot_rows<avx2::Q5_1>;
+      case DType::iq4_nl:
+        return avx2::int16_dot_rows<avx2::IQ4_NL>;
       default:
         break;
     }
@@ -550,6 +678,12 @@ DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa) {
       return avx512_vnni::dot_weight_rows<avx512_vnni::Q4_1>;
     case DType::q8_0:
       return avx512_vnni::dot_long_weight_rows<avx512_vnni::Q8_0>;
+    case DType::q5_0:
+      return avx512_vnni::dot_weight_rows<avx512_vnni::Q5_0>;
+    case DType::q5_1:
+      return avx512_vnni::dot_weight_rows<avx512_vnni::Q5_1>;
+    case DType::iq4_nl:
+      return avx512_vnni::dot_weight_rows<avx512_vnni::IQ4_NL>;
     default:
       break;
   }

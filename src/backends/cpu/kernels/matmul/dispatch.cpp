@@ -92,17 +92,17 @@ KernelTable make_table(Isa isa) {
       kernels.dot_int16 = block32_int16_dot(w, isa);
       if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_int16_dot(w, isa);
       if (kernels.dot_int16 == nullptr) kernels.dot_int16 = kquant_low_int16_dot(w, isa);
+      if (kernels.dot_int16 == nullptr) kernels.dot_int16 = iq4_xs_int16_dot(w, isa);
       kernels.dot_weight_rows_int16 = block32_int16_dot_weight_rows(w, isa);
-      if (kernels.dot_weight_rows_int16 == nullptr) kernels.dot_weight_rows_int16 = kquant_int16_dot_weight_rows(w, isa);
-      if (kernels.dot_weight_rows_int16 == nullptr) {
-        kernels.dot_weight_rows_int16 = kquant_low_int16_dot_weight_rows(w, isa);
+      for (auto more : {kquant_int16_dot_weight_rows, kquant_low_int16_dot_weight_rows, iq4_xs_int16_dot_weight_rows}) {
+        if (kernels.dot_weight_rows_int16 == nullptr) kernels.dot_weight_rows_int16 = more(w, isa);
       }
       // The formats with an additive min per block take x's block sums.
-      kernels.int16_block_sums =
-          kernels.dot_int16 != nullptr && (w == DType::q4_1 || w == DType::q4_k || w == DType::q5_k);
+      kernels.int16_block_sums = kernels.dot_int16 != nullptr && (w == DType::q4_1 || w == DType::q5_1 ||
+                                                                  w == DType::q4_k || w == DType::q5_k);
       if (isa == Isa::avx512_vnni && w == DType::q6_k) kernels.int16_order = XInt16Order::even_odd;
       kernels.dot_weight_rows_bytes = q4_split_x_dot_weight_rows(w, isa);
-      kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && w == DType::q4_1;
+      kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && (w == DType::q4_1 || w == DType::q5_1);
     }
 #else
     (void)isa;

@@ -1,8 +1,8 @@
-// q4_0 and q4_1 weight rows times one row of x on Isa::avx512_vnni, with x rounded to 16-bit
-// integers (XInt16's integers and group scales) and split into bytes, x = 256 · h + l
-// (XInt16Bytes), so that the weights' nibbles multiply x with vpdpbusd as they are, four
-// bytes per 32-bit lane, where the 16-bit products (block32_int16.cpp) first widen every
-// nibble to a word.
+// q4_0, q4_1, q5_0 and q5_1 weight rows times one row of x on Isa::avx512_vnni, with x
+// rounded to 16-bit integers (XInt16's integers and group scales) and split into bytes,
+// x = 256 · h + l (XInt16Bytes), so that the weights' 4- or 5-bit values multiply x with
+// vpdpbusd as they are, four bytes per 32-bit lane, where the 16-bit products
+// (block32_int16.cpp) first widen every value to a word.
 //
 // Four consecutive blocks of a row fill one vector (one byte permute, vpermt2b, hence VBMI
 // on top of avx512_vnni), block b in the 32-bit lanes j with j % 4 = b: one int -> f32
@@ -11,7 +11,9 @@
 // instruction. Per four blocks and row: the permute, two nibble operations, four vpdpbusd,
 // one vpdpwssd joining the high and low byte sums, the scales' conversion and broadcast,
 // the products' conversion and FMA; the 16-bit kernel spends about five vector instructions
-// per block.
+// per block. The 5-bit formats add their fifth bits to the nibbles: per four blocks, two
+// byte permutes put each value's qh byte beside it, two byte tests pick its bit into a
+// mask, two masked byte additions add 16.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -28,11 +30,14 @@ namespace onepass::cpu::avx512_vnni {
 namespace {
 
 // Block formats: bytes per block, where its 16 bytes of nibbles start (byte i: value i
-// low, value i + 16 high), and whether it has an additive m (f16 after the f16 d).
-// tail(quad): the quad's bytes past its first 64.
+// low, value i + 16 high), where its 32 bits of fifth bits start (bit j: value j; -1: none),
+// the offset of its values in units of -8 (q4_0: q - 8, q5_0: q - 16; 0 with an additive
+// m, an f16 after the f16 d, when kOffset). tail(quad): the quad's bytes past its first 64.
 struct Q4_0 {
   static constexpr int64_t kBytes = 18;
   static constexpr int64_t kNibbles = 2;
+  static constexpr int64_t kFifth = -1;
+  static constexpr int kEights = 1;
   static constexpr bool kOffset = false;
   static __m512i tail(const uint8_t* quad) {
     return _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(quad + 64)));
@@ -42,9 +47,33 @@ struct Q4_0 {
 struct Q4_1 {
   static constexpr int64_t kBytes = 20;
   static constexpr int64_t kNibbles = 4;
+  static constexpr int64_t kFifth = -1;
+  static constexpr int kEights = 0;
   static constexpr bool kOffset = true;
   static __m512i tail(const uint8_t* quad) {
     return _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quad + 64)));
+  }
+};
+
+struct Q5_0 {
+  static constexpr int64_t kBytes = 22;
+  static constexpr int64_t kNibbles = 6;
+  static constexpr int64_t kFifth = 2;
+  static constexpr int kEights = 2;
+  static constexpr bool kOffset = false;
+  static __m512i tail(const uint8_t* quad) {  // 24 bytes
+    return _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(0xFFFFFF, quad + 64));
+  }
+};
+
+struct Q5_1 {
+  static constexpr int64_t kBytes = 24;
+  static constexpr int64_t kNibbles = 8;
+  static constexpr int64_t kFifth = 4;
+  static constexpr int kEights = 0;
+  static constexpr bool kOffset = true;
+  static __m512i tail(const uint8_t* quad) {
+    return _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 64)));
   }
 };
 
@@ -65,6 +94,31 @@ constexpr std::array<uint8_t, 64> nibble_bytes() {
 
 template <typename Fmt>
 constexpr std::array<uint8_t, 64> kNibbleBytes = nibble_bytes<Fmt>();
+
+// Byte index of vpermt2b for the 5-bit formats: byte i of the nibble permute holds value
+// v = 4 (lane / 4) + i % 4 (+ 16 for the high nibbles) of block lane % 4; this index gives
+// it the qh byte with v's fifth bit, byte v / 8, and kFifthBit the bit, v % 8.
+template <typename Fmt, int kHigh>
+constexpr std::array<uint8_t, 64> fifth_bytes() {
+  std::array<uint8_t, 64> idx{};
+  for (int i = 0; i < 64; ++i) {
+    const int lane = i / 4;
+    const int v = 4 * (lane / 4) + i % 4 + 16 * kHigh;
+    idx[i] = static_cast<uint8_t>(lane % 4 * Fmt::kBytes + Fmt::kFifth + v / 8);
+  }
+  return idx;
+}
+
+template <typename Fmt, int kHigh>
+constexpr std::array<uint8_t, 64> kFifthBytes = fifth_bytes<Fmt, kHigh>();
+
+constexpr std::array<uint8_t, 64> fifth_bit() {
+  std::array<uint8_t, 64> bit{};
+  for (int i = 0; i < 64; ++i) bit[i] = static_cast<uint8_t>(1 << ((4 * (i / 16) + i % 4) % 8));
+  return bit;
+}
+
+constexpr std::array<uint8_t, 64> kFifthBit = fifth_bit();
 
 // The f16 at p, p + kBytes, p + 2 kBytes and p + 3 kBytes as f32, repeated over the four
 // 128-bit lanes; those of blocks from `present` on read as zero.
@@ -89,10 +143,11 @@ constexpr int64_t kPrefetchL1MaxBytes = 16384;
 // into the row's total; q4_1's m · Σx per quad in a second f32 sum. `tail` is the number of
 // blocks in a last, partial quad (0: none); its missing blocks read as zero bytes.
 //
-// Integer bounds per 32-bit lane and quad (8 values of one block, q in 0..15, x in
-// [-32767, 32767], h in [-128, 127], l in [0, 255]): Σ q · h within ±15 · 128 · 8 = ±15,360;
-// Σ q · l within 15 · 255 · 8 = 30,600; -8 · Σ x within ±2,097,088; 256 · Σ q · h + Σ q · l
-// - 8 · Σ x within ±6,059,848 < 2^23, so the int32 sum and its f32 conversion are exact.
+// Integer bounds per 32-bit lane and quad (8 values of one block, q in 0..31, x in
+// [-32767, 32767], h in [-128, 127], l in [0, 255]): Σ q · h within ±31 · 128 · 8 = ±31,744
+// (which fits the 16 bits vpdpwssd reads of it); Σ q · l within 31 · 255 · 8 = 63,240;
+// -16 · Σ x within ±4,194,176; 256 · Σ q · h + Σ q · l - 16 · Σ x within ±12,384,080 < 2^24,
+// so the int32 sum and its f32 conversion are exact.
 template <typename Fmt, int R, int kLocality>
 void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, float* out) {
   const int64_t blocks = x.k / 32;
@@ -104,8 +159,15 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
   // vgf2p8affineqb's matrix (one per qword) taking bits 4..7 of each byte to bits 0..3.
   const __m512i high_nibble = _mm512_set1_epi64(0x1020408000000000ll);
   const __m512i nibble_index = _mm512_loadu_si512(kNibbleBytes<Fmt>.data());
+  const __m512i fifth_low_index = Fmt::kFifth >= 0 ? _mm512_loadu_si512(kFifthBytes<Fmt, 0>.data()) : nibble_index;
+  const __m512i fifth_high_index = Fmt::kFifth >= 0 ? _mm512_loadu_si512(kFifthBytes<Fmt, 1>.data()) : nibble_index;
+  const __m512i fifth_bit = _mm512_loadu_si512(kFifthBit.data());
+  const __m512i sixteen = _mm512_set1_epi8(16);
   const __m512i shift8 = _mm512_set1_epi32(256);
-  const __mmask64 tail_mask = tail != 0 ? (1ull << (tail * Fmt::kBytes)) - 1 : 0;
+  // A partial quad's bytes: in the first 64 (head) and past them (rest, 5-bit formats).
+  const int64_t tail_bytes = tail * Fmt::kBytes;
+  const __mmask64 tail_mask = tail_bytes >= 64 ? ~0ull : (1ull << tail_bytes) - 1;
+  const __mmask64 rest_mask = tail_bytes > 64 ? (1ull << (tail_bytes - 64)) - 1 : 0;
   __m512 acc[R], offsets[R];
   for (int r = 0; r < R; ++r) acc[r] = offsets[r] = _mm512_setzero_ps();
   for (int64_t q0 = 0, g = 0; q0 < quads; q0 += kXInt16Group / kXInt16BytesQuad, ++g) {
@@ -126,11 +188,22 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
         const uint8_t* wq = w + r * w_row_bytes + qd * 4 * Fmt::kBytes;
         // In a partial quad the bytes past its blocks read as zero (so do their d and m).
         const __m512i head = partial ? _mm512_maskz_loadu_epi8(tail_mask, wq) : _mm512_loadu_si512(wq);
-        const __m512i raw = _mm512_permutex2var_epi8(head, nibble_index, partial ? _mm512_setzero_si512() : Fmt::tail(wq));
-        const __m512i q_low = _mm512_and_si512(raw, nibble);                             // values 0..15
-        const __m512i q_high = _mm512_gf2p8affine_epi64_epi8(raw, high_nibble, 0);
-        // Σ l · q (l unsigned, q as signed bytes 0..15), from q4_0's -8 · Σ x.
-        __m512i sum_low = Fmt::kOffset ? _mm512_setzero_si512() : _mm512_load_si512(xq + kNibbleOffset);
+        const __m512i rest = partial ? _mm512_maskz_loadu_epi8(rest_mask, wq + 64) : Fmt::tail(wq);
+        const __m512i raw = _mm512_permutex2var_epi8(head, nibble_index, rest);
+        __m512i q_low = _mm512_and_si512(raw, nibble);  // values 0..15
+        __m512i q_high = _mm512_gf2p8affine_epi64_epi8(raw, high_nibble, 0);
+        if constexpr (Fmt::kFifth >= 0) {
+          const __mmask64 fifth_low = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(head, fifth_low_index, rest), fifth_bit);
+          const __mmask64 fifth_high = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(head, fifth_high_index, rest), fifth_bit);
+          q_low = _mm512_mask_add_epi8(q_low, fifth_low, q_low, sixteen);
+          q_high = _mm512_mask_add_epi8(q_high, fifth_high, q_high, sixteen);
+        }
+        // Σ l · q (l unsigned, q as signed bytes 0..31), from the offset's -8 · Σ x per eight.
+        __m512i sum_low = _mm512_setzero_si512();
+        if constexpr (Fmt::kEights > 0) {
+          const __m512i eights = _mm512_load_si512(xq + kNibbleOffset);
+          sum_low = Fmt::kEights == 1 ? eights : _mm512_add_epi32(eights, eights);
+        }
         sum_low = _mm512_dpbusd_epi32(sum_low, low0, q_low);
         sum_low = _mm512_dpbusd_epi32(sum_low, low1, q_high);
         // Σ q · h (q unsigned, h signed).
@@ -272,6 +345,8 @@ DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa) {
   if (isa != Isa::avx512_vnni || !vbmi) return nullptr;
   if (w == DType::q4_0) return avx512_vnni::dot_weight_rows<avx512_vnni::Q4_0>;
   if (w == DType::q4_1) return avx512_vnni::dot_weight_rows<avx512_vnni::Q4_1>;
+  if (w == DType::q5_0) return avx512_vnni::dot_weight_rows<avx512_vnni::Q5_0>;
+  if (w == DType::q5_1) return avx512_vnni::dot_weight_rows<avx512_vnni::Q5_1>;
 #else
   (void)w;
   (void)isa;

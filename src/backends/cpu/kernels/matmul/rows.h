@@ -52,17 +52,20 @@ RowKernels q5_blocks_row_kernels(DType w, Isa isa);   // q5_0, q5_1 (q5_blocks.c
 RowKernels iq4_row_kernels(DType w, Isa isa);         // iq4_nl, iq4_xs (iq4.cpp)
 RowKernels kquant_low_row_kernels(DType w, Isa isa);  // q2_k, q3_k (kquant_low.cpp)
 
-// The integer row kernels (x rounded to XInt16) of `w` for `isa`: q4_0, q4_1 and q8_0
-// (block32_int16.cpp), q4_k, q5_k and q6_k (kquant_int16.cpp), q2_k and q3_k
-// (kquant_low_int16.cpp); null for the other types and for Isa::portable.
+// The integer row kernels (x rounded to XInt16) of `w` for `isa`: q4_0, q4_1, q5_0, q5_1,
+// q8_0 and iq4_nl (block32_int16.cpp), q4_k, q5_k and q6_k (kquant_int16.cpp), q2_k and q3_k
+// (kquant_low_int16.cpp), iq4_xs (iq4_xs_int16.cpp); null for the other types and for
+// Isa::portable.
 DotRowsInt16Fn block32_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn kquant_int16_dot_weight_rows(DType w, Isa isa);
-DotRowsInt16Fn kquant_low_int16_dot(DType w, Isa isa);                // q2_k, q3_k (kquant_low_int16.cpp)
+DotRowsInt16Fn kquant_low_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa);
-// The 4-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0 and q4_1 on Isa::avx512_vnni;
-// null for the other types and sets.
+DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
+DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
+// The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
+// Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
