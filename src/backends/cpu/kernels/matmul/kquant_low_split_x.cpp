@@ -8,19 +8,24 @@
 // 2j, 2j + 1 of byte 32 h + t of their 64 bytes of quants, and q3_k its high bit at bit
 // 4 h + j of byte t of its 32 bytes of hmask. XInt16GroupBytes's part j holds exactly the
 // values of bit pair 2j: byte 16 i + e of the part is value 32 j + 16 (i % 2) + 128 (i / 2) + e,
-// whose quants sit in byte 16 i + e of the 64. So one load of the 64 bytes and one
-// vgf2p8affineqb per part (a bit matrix per qword: bits 2j, 2j + 1 to bits 0, 1, the rest
-// zero) give the part's q as bytes; q3_k adds its high bits (the 32 bytes of hmask in both
-// halves, bit j or 4 + j to bit 2) for q + 4 in 0..7.
+// whose quants sit in byte 16 i + e of the 64. So one load of the 64 bytes serves the four
+// parts, each taking its bit pair out with one or two byte operations, and the 128-bit lane i
+// of a part is its quarter i, one sub-block of 16 values. The scales are kept in
+// XInt16GroupBytes's sum order (dword 4 i + j: quarter i of part j).
 //
-// Per part and weight row: Σ q · h and Σ l · q over each lane's 4 values (two vpdpbusd),
-// joined into one lane of two words (Σ l · q low, Σ q · h high) and multiplied by the lane's
-// sub-block scale as the words (sc, 256 · sc) with one vpdpwssd: sc · Σ q · x per lane, in
-// one int32 sum per super-block. The 128-bit lane i of part j is quarter i, one sub-block,
-// so the scales in XInt16GroupBytes's order (dword 4 i + j: quarter i of part j) give each
-// part's scale vector with one in-lane dword broadcast (vpshufd). q3_k's -4 · Σ sc · Σ x and
-// q2_k's Σ mn · Σ x go through the 16 integer sums of x's sub-blocks (vpmulld), and the
-// super-block's sums are scaled once in f32 by d (and -dmin) times x's group scale.
+// q3_k, per part and weight row: q + 4 = low bits | high bit << 2 in 0..7 (a word shift, the
+// high bit through vgf2p8affineqb, bit j or 4 + j to bit 2, and one vpternlogd); Σ q · h and
+// Σ l · q over each lane's 4 values (two vpdpbusd) joined into one lane of two words (Σ l · q
+// low, Σ q · h high) and multiplied by the lane's sub-block scale as the words (sc, 256 · sc)
+// with one vpdpwssd, the part's scale vector one in-lane dword broadcast (vpshufd); -4 · sc ·
+// Σ x per sub-block comes off through the 16 integer sums of x's sub-blocks (vpmulld).
+//
+// q2_k: sc · q <= 45 fits a byte, so each part's weights are the bytes sc · q, looked up
+// (vpshufb) in a table built once per super-block (see Q2K), and the parts add up in two sums,
+// Σ w · h and Σ l · w; Σ mn · Σ x through the sub-blocks' sums of x (vpmulld).
+//
+// Each super-block's integer sums are scaled once in f32 by d (and -dmin) times x's group
+// scale.
 //
 // Integer bounds per 32-bit lane (|x| <= 32767, h in [-128, 127], l in [0, 255]):
 //   q3_k: q' = q + 4 in [0, 7]; Σ q' · h over 4 values within ±3,584 and Σ l · q' in
@@ -29,9 +34,10 @@
 //         within ±8,192, a word. Per part, |sc · Σ q' · x| <= 32 · 4 · 7 · 32767 = 29,359,232;
 //         four parts and the lane's share of -4 · sc · Σ x (at most 4 · 32 · 16 · 32767 =
 //         67,108,864) stay within ±184,545,792 < 2^31.
-//   q2_k: q in [0, 3]; Σ q · h within ±1,536, Σ l · q in [0, 3,060], sc and mn in [0, 15],
-//         256 · sc <= 3,840; four parts within 4 · 15 · 4 · 3 · 32767 = 23,592,240 and
-//         mn · Σ x within 15 · 16 · 32767 = 7,864,080.
+//   q2_k: the bytes w = sc · q in [0, 45]; per lane 16 values of a super-block: Σ w · h
+//         within ±16 · 45 · 128 = ±92,160, Σ l · w within 16 · 255 · 45 = 183,600, and
+//         256 · Σ w · h + Σ l · w within ±23,776,560; mn · Σ x within 15 · 16 · 32767 =
+//         7,864,080.
 // So no lane overflows; the sums' f32 conversion rounds once per super-block, as the 16-bit
 // kernels' does.
 #include <algorithm>
@@ -87,14 +93,27 @@ inline __m128i q3k_scales(const uint8_t* packed) {
   return _mm_or_si128(low, _mm_and_si128(_mm_slli_epi16(high, 4), _mm_set1_epi8(0x30)));
 }
 
-// vgf2p8affineqb's matrix (one per qword; result bit i is the parity of the byte and matrix
-// byte 7 - i) taking bits 2j, 2j + 1 to bits 0, 1.
+// Bits 2j, 2j + 1 of each byte moved to bits `to`, `to` + 1 of the same byte (to <= 2j + 6;
+// the other bits are left over, for the caller to mask).
+template <int j, int to>
+inline __m512i bit_pair_at(__m512i v) {
+  if constexpr (2 * j > to) {
+    return _mm512_srli_epi16(v, 2 * j - to);
+  } else if constexpr (2 * j < to) {
+    return _mm512_slli_epi16(v, to - 2 * j);
+  } else {
+    return v;
+  }
+}
+
+// vgf2p8affineqb's matrices (one per qword; result bit i is the parity of the byte and
+// matrix byte 7 - i): bits 2j, 2j + 1 to bits 0, 1.
 template <int j>
 inline __m512i low_bits_matrix() {
   return _mm512_set1_epi64(static_cast<long long>((uint64_t{1} << (2 * j)) << 56 | (uint64_t{1} << (2 * j + 1)) << 48));
 }
 
-// Taking bit j (the first 256 bits, values 0..127) or 4 + j (the rest) to bit 2.
+// Bit j (the first 256 bits, values 0..127) or 4 + j (the rest) to bit 2.
 template <int j>
 inline __m512i high_bit_matrix() {
   const auto at = [](int bit) { return static_cast<long long>((uint64_t{1} << bit) << 40); };
@@ -102,7 +121,7 @@ inline __m512i high_bit_matrix() {
 }
 
 // sum + sc · Σ q · x per lane of part j: q the part's weights as bytes 0..127 (so that they
-// multiply h unsigned and l signed), scales the words (sc, 256 · sc) in sum order.
+// multiply h unsigned and l signed), scales the words (sc, 256 · sc) in sum order (q3_k).
 template <int j>
 inline __m512i part_product(__m512i sum, __m512i q, const uint8_t* xg, __m512i scales) {
   const __m512i high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_load_si512(xg + kPartBytes * j + 64));
@@ -125,11 +144,13 @@ struct Q3K {
     const __m512i hmask = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb)));
     // The weights are q + 4: 4 · sc · Σ x per sub-block comes off at the end.
     const __m512i offset = _mm512_slli_epi32(_mm512_mullo_epi32(sc, _mm512_load_si512(xg + kSums)), 2);
+    const __m512i three = _mm512_set1_epi8(3);
     __m512i sum = _mm512_setzero_si512();
     auto part = [&](auto j_constant) {
       constexpr int j = decltype(j_constant)::value;
-      const __m512i q = _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8(quants, low_bits_matrix<j>(), 0),
-                                        _mm512_gf2p8affine_epi64_epi8(hmask, high_bit_matrix<j>(), 0));
+      // (low bits & 3) | high bit: imm 0xEC is (A & C) | B.
+      const __m512i q = _mm512_ternarylogic_epi32(
+          bit_pair_at<j, 0>(quants), _mm512_gf2p8affine_epi64_epi8(hmask, high_bit_matrix<j>(), 0), three, 0xEC);
       sum = part_product<j>(sum, q, xg, scales);
     };
     part(Part<0>{});
@@ -141,23 +162,31 @@ struct Q3K {
   }
 };
 
-// q2_k: acc + x_scale · Σ_j (d · sc · q_j - dmin · mn) x_j over the super-block at wb.
+// q2_k: acc + x_scale · Σ_j (d · sc · q_j - dmin · mn) x_j over the super-block at wb. As
+// sc · q <= 45 fits a byte, each part's weights are sc · q as bytes, looked up (vpshufb) in
+// a table whose 128-bit lane i holds at byte 4 j + q the value sc · q of quarter i of part
+// j's sub-block (the part's q come out of vgf2p8affineqb with 4 j added): the products need
+// no scale words, and the parts add up in two sums per super-block, Σ w · h and Σ l · w.
 struct Q2K {
   static constexpr int64_t kBytes = kQ2KBytes;
   static __m512 super_block(const uint8_t* wb, const uint8_t* xg, float x_scale, __m512 acc) {
     const __m512i packed = _mm512_cvtepu8_epi32(sum_order(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb))));
-    const __m512i scales = scale_words(_mm512_and_si512(packed, _mm512_set1_epi32(0xF)));
+    // sc times the bytes (0, 1, 2, 3) of each dword: 3 · 15 < 256, so no byte carries.
+    const __m512i table = _mm512_mullo_epi32(_mm512_and_si512(packed, _mm512_set1_epi32(0xF)), _mm512_set1_epi32(0x03020100));
     const __m512i mins = _mm512_mullo_epi32(_mm512_srli_epi32(packed, 4), _mm512_load_si512(xg + kSums));
     const __m512i quants = _mm512_loadu_si512(wb + 16);
-    __m512i sum = _mm512_setzero_si512();
+    __m512i high = _mm512_setzero_si512(), low = _mm512_setzero_si512();
     auto part = [&](auto j_constant) {
       constexpr int j = decltype(j_constant)::value;
-      sum = part_product<j>(sum, _mm512_gf2p8affine_epi64_epi8(quants, low_bits_matrix<j>(), 0), xg, scales);
+      const __m512i w = _mm512_shuffle_epi8(table, _mm512_gf2p8affine_epi64_epi8(quants, low_bits_matrix<j>(), 4 * j));
+      high = _mm512_dpbusd_epi32(high, w, _mm512_load_si512(xg + kPartBytes * j + 64));
+      low = _mm512_dpbusd_epi32(low, _mm512_load_si512(xg + kPartBytes * j), w);
     };
     part(Part<0>{});
     part(Part<1>{});
     part(Part<2>{});
     part(Part<3>{});
+    const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(high, 8), low);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(half_at(wb + 80) * x_scale), acc);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_set1_ps(-half_at(wb + 82) * x_scale), acc);
   }
