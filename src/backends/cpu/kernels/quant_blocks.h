@@ -17,7 +17,8 @@ enum class Isa : uint8_t {
   avx512,       // AVX-512F on top of avx2 (16-value table lookups decode the 4-bit formats;
                 // the integer products are avx2's)
   avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
-                // (with VBMI too, q4_0's and q4_1's one-row products with vpdpbusd)
+                // (with VBMI too, q4_0's and q4_1's one-row products with vpdpbusd;
+                // q2_k's and q3_k's one-row products with vpdpbusd)
 };
 
 /// The widest Isa this CPU supports (checked once).

@@ -131,7 +131,8 @@ inline __m512i part_product(__m512i sum, __m512i q, const uint8_t* xg, __m512i s
 
 // Dword scales as the words (sc, 256 · sc), sc within ±128.
 inline __m512i scale_words(__m512i sc) {
-  return _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 24));
+  // (sc & 0xFFFF) | sc << 24: imm 0xEC is (A & C) | B.
+  return _mm512_ternarylogic_epi32(sc, _mm512_slli_epi32(sc, 24), _mm512_set1_epi32(0xFFFF), 0xEC);
 }
 
 // q3_k: acc + d · x_scale · Σ_j w_j x_j over the super-block at wb.
