@@ -150,8 +150,9 @@ struct Q3K {
     auto part = [&](auto j_constant) {
       constexpr int j = decltype(j_constant)::value;
       // (low bits & 3) | high bit: imm 0xEC is (A & C) | B.
-      const __m512i q = _mm512_ternarylogic_epi32(
-          bit_pair_at<j, 0>(quants), _mm512_gf2p8affine_epi64_epi8(hmask, high_bit_matrix<j>(), 0), three, 0xEC);
+      const __m512i low = bit_pair_at<j, 0>(quants);
+      const __m512i high = _mm512_gf2p8affine_epi64_epi8(hmask, high_bit_matrix<j>(), 0);
+      const __m512i q = _mm512_ternarylogic_epi32(low, high, three, 0xEC);
       sum = part_product<j>(sum, q, xg, scales);
     };
     part(Part<0>{});
