@@ -562,15 +562,16 @@ TEST(Affine, RoundTripWithinHalfAStep) {
 double dot_tolerance(const float* x, const float* w, const float* offsets, int64_t k, double& ref);
 
 // What rounding x to int16 per cpu::kXInt16Group values (XInt16) adds to |out - Σ x·w|:
-// Σ_groups step/2 · Σ |w - o| with step = the group's largest |x| / 32767 (the additive
-// terms o use exact sums of x).
+// Σ_groups step/2 · Σ |w - o| with step = the group's largest |x| / 32767, where the
+// additive terms o use exact sums of x; with null offsets (q2_k's mins go through the
+// rounded integers too), Σ |w|.
 double x_int16_rounding(const float* x, const float* w, const float* offsets, int64_t k) {
   double total = 0;
   for (int64_t g = 0; g < k; g += cpu::kXInt16Group) {
     double amax = 0, weight = 0;
     for (int64_t j = g; j < std::min(k, g + cpu::kXInt16Group); ++j) {
       amax = std::max(amax, static_cast<double>(std::fabs(x[j])));
-      weight += std::fabs(static_cast<double>(w[j]) - offsets[j]);
+      weight += std::fabs(static_cast<double>(w[j]) - (offsets != nullptr ? offsets[j] : 0.0));
     }
     total += amax / 32767.0 / 2.0 * weight;
   }
@@ -625,6 +626,8 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
           ASSERT_EQ(out[i * 2 + 1], -1.0f) << "wrote between output rows";
         }
         if (kernels.dot_int16 == nullptr) continue;
+        // Whether the additive terms use x's exact block sums (or its rounded integers).
+        const bool exact_sums = kernels.int16_block_sums;
         // The integer kernels, with x rounded to int16 per 256 values: each x off by at most
         // half a step (largest |x| of its group / 32767), and the f32 tolerance on top.
         const cpu::XInt16 xi =
@@ -634,7 +637,7 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
         for (int64_t i = 0; i < rows; ++i) {
           double ref = 0;
           double atol = dot_tolerance(&x[i * x_stride], w.data(), offsets.data(), k, ref);
-          atol += x_int16_rounding(&x[i * x_stride], w.data(), offsets.data(), k);
+          atol += x_int16_rounding(&x[i * x_stride], w.data(), exact_sums ? offsets.data() : nullptr, k);
           ASSERT_NEAR(out16[i * 2], ref, atol) << "int16 x, " << rows << " rows, row " << i;
           ASSERT_EQ(out16[i * 2 + 1], -1.0f) << "wrote between output rows";
         }
@@ -649,7 +652,7 @@ TEST(CpuRowKernels, PortableAndSimdMatchFloat64) {
         kernels.dot_weight_rows_int16(copies.data(), row_bytes, 6, xi, rows_out.data());
         double ref = 0;
         const double atol = dot_tolerance(x.data(), w.data(), offsets.data(), k, ref) +
-                            x_int16_rounding(x.data(), w.data(), offsets.data(), k);
+                            x_int16_rounding(x.data(), w.data(), exact_sums ? offsets.data() : nullptr, k);
         for (int64_t r = 0; r < 6; ++r) {
           ASSERT_NEAR(rows_out[r], ref, atol) << "weight row " << r;
           ASSERT_EQ(rows_out[r], rows_out[0]) << "weight row " << r << " differs from row 0";
@@ -741,7 +744,8 @@ TEST(CpuRowKernels, Int16WeightRowsMatchFloat64) {
         for (int64_t r = 0; r < n; ++r) {
           double ref = 0;
           double atol = dot_tolerance(x.data(), &w[r * k], &offsets[r * k], k, ref);
-          atol += x_int16_rounding(x.data(), &w[r * k], &offsets[r * k], k);
+          // The additive terms use x's exact block sums, or (q2_k) its rounded integers.
+          atol += x_int16_rounding(x.data(), &w[r * k], kernels.int16_block_sums ? &offsets[r * k] : nullptr, k);
           ASSERT_NEAR(out[r], ref, atol) << "row " << r;
           float alone = -1.0f;
           kernels.dot_weight_rows_int16(rows.data() + r * row_bytes, row_bytes, 1, xi, &alone);
@@ -757,6 +761,72 @@ TEST(CpuRowKernels, Int16WeightRowsMatchFloat64) {
     }
   }
   if (tested == 0) GTEST_SKIP() << "no set with 16-bit x kernels for several weight rows";
+}
+
+// q2_k's and q3_k's rows on x split into bytes per 256-value group (avx512_vnni): the layout
+// holds exactly round_x_int16's integers, group scales and quarter sums; one row of x against
+// n weight rows through both passes (4 rows, 1 row), groups of very different sizes; each row
+// within the 16-bit x tolerance of float64, and the same bits whatever n and its place.
+TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
+  if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  for (DType t : {DType::q2_k, DType::q3_k}) {
+    const cpu::RowKernels& kernels = cpu::row_kernels(t, cpu::Isa::avx512_vnni);
+    ASSERT_NE(kernels.dot_weight_rows_group_bytes, nullptr) << dtype_name(t);
+    for (int64_t k : {256, 512, 2304, 8192}) {
+      SCOPED_TRACE(cat(dtype_name(t), " k ", k));
+      const int64_t n = 9;
+      const std::vector<uint8_t> rows = random_blocks(t, n * k, rng);
+      const std::vector<float> w = dequantized(t, rows);
+      const std::vector<float> offsets = block_offsets(t, rows);
+      std::vector<float> x = uniform(static_cast<size_t>(k), rng);
+      for (int64_t j = 0; j < k; ++j) x[j] *= std::ldexp(1.0f, static_cast<int>(j / cpu::kXInt16Group % 5) * 7 - 14);
+      const int64_t row_bytes = static_cast<int64_t>(rows.size()) / n;
+      const cpu::XInt16 xi =
+          cpu::round_x_int16(x.data(), k, 1, k, false, cpu::XInt16Order::values, cpu::Isa::avx512_vnni);
+      const std::vector<int16_t> ints(xi.q, xi.q + k);
+      const std::vector<float> int_scales(xi.group_scale, xi.group_scale + xi.groups);
+      const cpu::XInt16GroupBytes xb = cpu::round_x_int16_group_bytes(x.data(), k);
+      for (int64_t g = 0; g < k / 256; ++g) {
+        ASSERT_EQ(xb.group_scale[g], int_scales[g]) << "group " << g;
+        const uint8_t* group = xb.groups + g * cpu::kXInt16GroupBytes;
+        for (int part = 0; part < 4; ++part) {
+          for (int i = 0; i < 4; ++i) {
+            int32_t sum = 0;
+            for (int e = 0; e < 16; ++e) {
+              const int64_t v = 256 * g + 32 * part + 16 * (i % 2) + 128 * (i / 2) + e;
+              const int b = 16 * i + e;
+              const int value = 256 * static_cast<int8_t>(group[128 * part + 64 + b]) + group[128 * part + b];
+              ASSERT_EQ(value, ints[v]) << "value " << v;
+              sum += value;
+            }
+            int32_t stored = 0;
+            std::memcpy(&stored, group + 512 + 4 * (4 * i + part), 4);
+            ASSERT_EQ(stored, sum) << "group " << g << " part " << part << " quarter " << i;
+          }
+        }
+      }
+      std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
+      kernels.dot_weight_rows_group_bytes(rows.data(), row_bytes, n, xb, out.data());
+      ASSERT_EQ(out[n], -1.0f) << "wrote past the rows";
+      for (int64_t r = 0; r < n; ++r) {
+        double ref = 0;
+        double atol = dot_tolerance(x.data(), &w[r * k], &offsets[r * k], k, ref);
+        atol += x_int16_rounding(x.data(), &w[r * k], nullptr, k);
+        ASSERT_NEAR(out[r], ref, atol) << "row " << r;
+        float alone = -1.0f;
+        kernels.dot_weight_rows_group_bytes(rows.data() + r * row_bytes, row_bytes, 1, xb, &alone);
+        ASSERT_EQ(alone, out[r]) << "row " << r << " alone";
+      }
+      // A non-finite x makes every product non-finite, as the f32 products are.
+      x[k / 2] = INFINITY;
+      const cpu::XInt16GroupBytes inf = cpu::round_x_int16_group_bytes(x.data(), k);
+      kernels.dot_weight_rows_group_bytes(rows.data(), row_bytes, n, inf, out.data());
+      for (int64_t r = 0; r < n; ++r) ASSERT_FALSE(std::isfinite(out[r])) << "row " << r;
+    }
+  }
 }
 
 // --- every instruction set through the ops --------------------------------------------------
@@ -802,6 +872,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
       const std::vector<float> w = dequantized(t, wq);
       const std::vector<float> offsets = block_offsets(t, wq);
       const bool int16_x = cpu::row_kernels(t, isa).dot_int16 != nullptr;
+      const bool exact_sums = cpu::row_kernels(t, isa).int16_block_sums;
       for (int64_t m : {int64_t{3}, int64_t{17}}) {
         SCOPED_TRACE(cat(dtype_name(t), " M ", m));
         const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
@@ -817,7 +888,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
             double ref = 0;
             double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
             if (int16_x && m <= ops::kMatmulMvMaxRows) {
-              tol += x_int16_rounding(&x[i * k], &w[j * k], &offsets[j * k], k);
+              tol += x_int16_rounding(&x[i * k], &w[j * k], exact_sums ? &offsets[j * k] : nullptr, k);
             }
             ASSERT_NEAR(out[i * n + j], ref, tol) << "out[" << i << ", " << j << "]";
           }

@@ -19,7 +19,7 @@ enum class Isa : uint8_t {
                 // the integer products are avx2's)
   avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
                 // (with VBMI too, the one-row products of q4_0, q4_1, q5_0 and q5_1 with
-                // vpdpbusd)
+                // vpdpbusd; q2_k's and q3_k's one-row products with vpdpbusd)
 };
 
 /// The widest Isa this CPU supports (checked once).
@@ -104,6 +104,29 @@ XInt16Bytes round_x_int16_bytes(const float* x, int64_t k, bool lane_sums);
 using DotWeightRowsBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
                                       const XInt16Bytes& x, float* out);
 
+/// One row of x rounded as XInt16 does (the same integers and group scales), each integer
+/// split into bytes, x = 256 · h + l with h signed and l unsigned, for the q2_k and q3_k
+/// kernels that multiply their 2- and 3-bit quants with bytes (vpdpbusd). Per group of 256
+/// values (k a multiple of 256), kXInt16GroupBytes bytes: four parts j of 128 bytes, the l of
+/// 64 values then their h, byte 16 i + e of part j being value 32 j + 16 (i % 2) + 128 (i / 2)
+/// + e (so that part j is the values of bits 2j, 2j + 1 of the formats' quant bytes); then 16
+/// int32 sums of the 16 integers of each quarter, quarter i of part j at 4 i + j.
+struct XInt16GroupBytes {
+  const uint8_t* groups = nullptr;
+  const float* group_scale = nullptr;
+  int64_t k = 0;
+};
+inline constexpr int64_t kXInt16GroupBytes = 576;
+
+/// Rounds one row of k values of x (k a multiple of 256) into XInt16GroupBytes in a
+/// per-thread buffer (valid until the thread's next call); Isa::avx512_vnni.
+XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k);
+
+/// out[r] = Σ_j x[j] · w_rows[r * w_row_bytes + j] for r < n, with one row of x rounded as
+/// XInt16GroupBytes says; a row's value does not depend on n or on its place among them.
+using DotWeightRowsGroupBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
+                                           const XInt16GroupBytes& x, float* out);
+
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
@@ -118,6 +141,9 @@ struct RowKernels {
   // q5_1 on avx512_vnni with VBMI); x needs lane sums when bytes_lane_sums is set.
   DotWeightRowsBytesFn dot_weight_rows_bytes = nullptr;
   bool bytes_lane_sums = false;
+  // With one row of x, in place of dot_weight_rows_int16 where set (q2_k and q3_k on
+  // avx512_vnni).
+  DotWeightRowsGroupBytesFn dot_weight_rows_group_bytes = nullptr;
 };
 
 /// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.

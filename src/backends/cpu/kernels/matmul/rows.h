@@ -67,10 +67,13 @@ DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
 // The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
 // Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
+// The 2- and 3-bit kernels on XInt16GroupBytes (kquant_low_split_x.cpp): q2_k and q3_k on
+// Isa::avx512_vnni; null for the other types and sets.
+DotWeightRowsGroupBytesFn kquant_low_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
 /// (rounded to XInt16 when the weight type has integer row kernels on `isa`; with m = 1, to
-/// XInt16Bytes where it has dot_weight_rows_bytes), then
+/// XInt16Bytes or XInt16GroupBytes where it has dot_weight_rows_bytes or _group_bytes), then
 /// dot(w_row, out, out_stride) gives out[i * out_stride] for every row i of x.
 class RowDots {
  public:
@@ -78,6 +81,8 @@ class RowDots {
       : kernels_(row_kernels(w, isa)), x_(x), x_stride_(x_stride), m_(m), k_(k) {
     if (m == 1 && kernels_.dot_weight_rows_bytes != nullptr) {
       x_bytes_ = round_x_int16_bytes(x, k, kernels_.bytes_lane_sums);
+    } else if (m == 1 && kernels_.dot_weight_rows_group_bytes != nullptr) {
+      x_group_bytes_ = round_x_int16_group_bytes(x, k);
     } else if (kernels_.dot_int16 != nullptr) {
       x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums, kernels_.int16_order, isa);
     }
@@ -85,6 +90,8 @@ class RowDots {
   void operator()(const void* w_row, float* out, int64_t out_stride) const {
     if (x_bytes_.quads != nullptr) {
       kernels_.dot_weight_rows_bytes(w_row, 0, 1, x_bytes_, out);
+    } else if (x_group_bytes_.groups != nullptr) {
+      kernels_.dot_weight_rows_group_bytes(w_row, 0, 1, x_group_bytes_, out);
     } else if (kernels_.dot_int16 != nullptr) {
       kernels_.dot_int16(w_row, x_int16_, m_, out, out_stride);
     } else {
@@ -96,6 +103,8 @@ class RowDots {
   void rows(const uint8_t* w_rows, int64_t w_row_bytes, int64_t n, float* out) const {
     if (x_bytes_.quads != nullptr) {
       kernels_.dot_weight_rows_bytes(w_rows, w_row_bytes, n, x_bytes_, out);
+    } else if (x_group_bytes_.groups != nullptr) {
+      kernels_.dot_weight_rows_group_bytes(w_rows, w_row_bytes, n, x_group_bytes_, out);
     } else if (kernels_.dot_weight_rows_int16 != nullptr) {
       kernels_.dot_weight_rows_int16(w_rows, w_row_bytes, n, x_int16_, out);
     } else {
@@ -109,6 +118,7 @@ class RowDots {
   int64_t x_stride_, m_, k_;
   XInt16 x_int16_;
   XInt16Bytes x_bytes_;
+  XInt16GroupBytes x_group_bytes_;
 };
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
