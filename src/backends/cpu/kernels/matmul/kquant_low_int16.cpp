@@ -90,7 +90,8 @@ struct Q3K {
       constexpr int s = r % 4;
       const __m512i low = _mm512_and_si512(_mm512_srli_epi16(low_bytes, 2 * s), three);
       // low | (high bit r at bit 2), then - 4: imm 0xF8 is A | (B & C).
-      const __m512i q = _mm512_sub_epi16(_mm512_ternarylogic_epi32(low, bit_to<r, 2>(high), four, 0xF8), four);
+      const __m512i high_bit = bit_to<r, 2>(high);  // (not inside the intrinsic: clang's is a macro)
+      const __m512i q = _mm512_sub_epi16(_mm512_ternarylogic_epi32(low, high_bit, four, 0xF8), four);
       f(Run<r>{}, _mm512_mullo_epi16(q, _mm512_permutexvar_epi16(sub_block_index(r), scales)), q);
     };
     const __m512i q0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32)));
