@@ -15,6 +15,7 @@
 // times below the 8-bit blocks llama.cpp uses.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "onepass/core/error.h"
@@ -246,6 +247,20 @@ void dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t o
     out += take * out_stride;
   }
 }
+
+// q5_0 for the integer GEMM's decoder: q - 16 with q's fifth bit (bit j of the 32-bit qh
+// for value j) added to the nibble as 16 under a mask.
+struct Q5_0Decode {
+  static constexpr int64_t kBytes = 22;
+  static __m512i values(const uint8_t* b) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m512i sixteen = _mm512_set1_epi16(16);
+    const __m512i q = nibble_values<false>(b + 6);
+    return _mm512_sub_epi16(_mm512_mask_add_epi16(q, static_cast<__mmask32>(qh), q, sixteen), sixteen);
+  }
+  static float offset(const uint8_t*) { return 0.0f; }
+};
 
 // DecodeRowInt16Fn of the integer GEMM: each block's integer values, its d and its m.
 template <typename Fmt>
@@ -583,6 +598,8 @@ DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa) {
       return avx512_vnni::decode_int16<avx512_vnni::Q4_0>;
     case DType::q4_1:
       return avx512_vnni::decode_int16<avx512_vnni::Q4_1>;
+    case DType::q5_0:
+      return avx512_vnni::decode_int16<avx512_vnni::Q5_0Decode>;
     default:
       break;
   }
