@@ -587,9 +587,6 @@ DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa) {
   return nullptr;
 }
 
-// q8_0 stays on the f32 tiles: the CPU's q8_0 and MLX q8_32 (affine, f32 tiles) products
-// give the same bits, which the MLX twin tests of the mixture models rely on (a router's
-// near tie flips its experts with the smallest difference).
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa != Isa::avx512_vnni) return nullptr;
@@ -600,6 +597,8 @@ DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa) {
       return avx512_vnni::decode_int16<avx512_vnni::Q4_1>;
     case DType::q5_0:
       return avx512_vnni::decode_int16<avx512_vnni::Q5_0Decode>;
+    case DType::q8_0:
+      return avx512_vnni::decode_int16<avx512_vnni::Q8_0>;
     default:
       break;
   }

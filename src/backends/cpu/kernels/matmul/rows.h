@@ -60,7 +60,7 @@ DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn kquant_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn kquant_int16_dot_weight_rows(DType w, Isa isa);
 // The 16-bit integer row decoders of the integer GEMM (RowKernels::decode_int16) on
-// Isa::avx512_vnni: q4_0, q4_1 and q5_0 (block32_int16.cpp), q4_k and q5_k
+// Isa::avx512_vnni: q4_0, q4_1, q5_0 and q8_0 (block32_int16.cpp), q4_k and q5_k
 // (kquant_int16.cpp); null for the other types and sets.
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa);
