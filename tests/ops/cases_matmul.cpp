@@ -123,7 +123,8 @@ TensorView weight_input(OpContext& c, DType type, Shape shape, std::vector<doubl
 //
 // With x rounded (XRounding) the kernel is the CUDA matrix-vector kernel for block formats,
 // which quantizes x to int8 per 32 values (d = amax / 127, as llama.cpp does), or the CPU's
-// SIMD integer ones (testing::cpu_rounds_x_to_int16: int16 per 256 values, d = amax / 32767); both
+// SIMD integer ones (testing::cpu_rounds_x_to_int16: int16 per 256 values, d = amax / 32767;
+// for more rows of x, the integer GEMM: testing::cpu_mm_rounds_x_to_int16); both
 // apply the formats' additive terms with exact sums of x. Each activation is then off by
 // at most d/2, adding Σ_groups d/2 · Σ_k∈group |w − o| per element (measured: well inside).
 XRounding mv_x_rounding(const Backend& backend, DType t) {
@@ -208,6 +209,7 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t
     const bool x8 = cuda && cuda_x8_product(t, m, k);
     const XRounding x_rounding = x8                             ? kXInt8PerBlock
                                  : m <= ops::kMatmulMvMaxRows ? mv_x_rounding(c.backend(), t)
+                                 : testing::cpu_mm_rounds_x_to_int16(c.backend(), t) ? kXInt16PerGroup
                                                               : kXF32;
     double input_rounding = 0;  // u_x + u_w of the f16/bf16 tensor-core kernels
     if (cuda && !x8 && m > ops::kMatmulMvMaxRows && t != DType::f32) {

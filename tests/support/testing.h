@@ -65,6 +65,16 @@ inline bool cpu_rounds_x_to_int16(const Backend& backend, DType t) {
   return backend.kind() == BackendKind::cpu && backend.info().isa != "portable" && dtype_is_quantized(t);
 }
 
+/// Whether the CPU backend's matrix-matrix products (more rows of x than the matrix-vector
+/// kernels take) with weights of type t round x as cpu_rounds_x_to_int16 says (the integer
+/// GEMM, avx512_vnni only).
+inline bool cpu_mm_rounds_x_to_int16(const Backend& backend, DType t) {
+  const bool formats =
+      t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q8_0 || t == DType::q4_k ||
+      t == DType::q5_k;
+  return backend.kind() == BackendKind::cpu && backend.info().isa == "avx512_vnni" && formats;
+}
+
 /// A directory name for the running test under the system's temporary directory:
 /// "<prefix><pid>_<suite>_<test>", with the '/' of parameterised names replaced, so that
 /// the fixture's remove_all takes the whole directory (a '/' made nested directories whose

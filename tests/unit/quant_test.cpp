@@ -22,6 +22,7 @@
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
 // White-box: the CPU row kernels, to test the portable path on machines with AVX2 too.
+#include "../../src/backends/cpu/kernels/matmul/rows.h"
 #include "../../src/backends/cpu/kernels/quant_blocks.h"
 
 namespace onepass {
@@ -763,6 +764,99 @@ TEST(CpuRowKernels, Int16WeightRowsMatchFloat64) {
   if (tested == 0) GTEST_SKIP() << "no set with 16-bit x kernels for several weight rows";
 }
 
+// The integer GEMM of the mm kernels (avx512_vnni): the 16-bit row decoders against the
+// dequantized rows; packed tiles of 16 and of 5 rows (the rest zero, outputs past them left
+// alone) and 19 rows of x (two 8-row passes and a 3-row one), each element within the
+// 16-bit x tolerance of float64 and the same bits whatever the tile's rows, the row's place
+// in it, and the rows of x beside it.
+TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
+  if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  constexpr cpu::Isa kIsa = cpu::Isa::avx512_vnni;
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q8_0, DType::q4_k, DType::q5_k}) {
+    SCOPED_TRACE(dtype_name(t));
+    const cpu::RowKernels& kernels = cpu::row_kernels(t, kIsa);
+    ASSERT_NE(kernels.decode_int16, nullptr);
+    // Groups of 256 values, the last one partial for the 32-value formats.
+    const int64_t k = dtype_block_elems(t) == 256 ? 768 : 608;
+    constexpr int64_t kRows = 16, kXRows = 19, kOutStride = 21;
+    const std::vector<uint8_t> rows = random_blocks(t, kRows * k, rng);
+    const std::vector<float> w = dequantized(t, rows);
+    const std::vector<float> offsets = block_offsets(t, rows);
+    const int64_t row_bytes = static_cast<int64_t>(rows.size()) / kRows;
+    const int64_t w_row_bytes = row_bytes + 5;  // rows apart by more than their bytes
+    std::vector<uint8_t> spaced(static_cast<size_t>(kRows * w_row_bytes), 0xAB);
+    for (int64_t r = 0; r < kRows; ++r) {
+      std::copy_n(rows.begin() + r * row_bytes, row_bytes, spaced.begin() + r * w_row_bytes);
+    }
+    // The decoder: scales · values + offsets within an ulp of its terms of the weights.
+    std::vector<int16_t> values(static_cast<size_t>(k));
+    std::vector<float> scales(static_cast<size_t>(k / 32)), block_offsets_out(scales.size());
+    for (int64_t r = 0; r < kRows; ++r) {
+      kernels.decode_int16(spaced.data() + r * w_row_bytes, k, values.data(), scales.data(),
+                           block_offsets_out.data());
+      for (int64_t j = 0; j < k; ++j) {
+        const size_t at = static_cast<size_t>(r * k + j);
+        ASSERT_LT(std::abs(values[j]), 2048) << "row " << r << " value " << j;
+        const double decoded = static_cast<double>(scales[j / 32]) * values[j] + block_offsets_out[j / 32];
+        ASSERT_NEAR(decoded, w[at], (std::fabs(w[at]) + 2 * std::fabs(offsets[at])) * 0x1p-23)
+            << "row " << r << " value " << j;
+      }
+    }
+    const int64_t x_stride = k + 3;
+    const std::vector<float> x = uniform(static_cast<size_t>(kXRows * x_stride), rng);
+    const int64_t chunk_bytes = static_cast<int64_t>(dtype_size(t)) * (256 / dtype_block_elems(t));
+    // Tiles: all 16 rows, rows 0..4, rows 3..15.
+    struct Shape {
+      int64_t first, n;
+    };
+    std::vector<std::vector<float>> outs;
+    for (const Shape shape : {Shape{0, 16}, Shape{0, 5}, Shape{3, 13}}) {
+      const cpu::XInt16 xi = cpu::round_x_int16(x.data(), x_stride, kXRows, k, kernels.int16_block_sums,
+                                                cpu::XInt16Order::values, kIsa);
+      const cpu::Int16Tile tile =
+          cpu::pack_int16_tile(kernels.decode_int16, spaced.data() + shape.first * w_row_bytes, w_row_bytes,
+                               shape.n, k, chunk_bytes, kernels.int16_block_sums);
+      std::vector<float> out(static_cast<size_t>(kXRows * kOutStride), -1.0f);
+      cpu::gemm_int16(tile, xi, kXRows, out.data(), kOutStride);
+      for (int64_t i = 0; i < kXRows; ++i) {
+        for (int64_t r = 0; r < kOutStride; ++r) {
+          const float got = out[static_cast<size_t>(i * kOutStride + r)];
+          if (r >= shape.n) {
+            ASSERT_EQ(got, -1.0f) << "wrote past the tile's rows: x row " << i << ", column " << r;
+            continue;
+          }
+          const int64_t wr = shape.first + r;
+          double ref = 0;
+          const double atol = dot_tolerance(&x[i * x_stride], &w[wr * k], &offsets[wr * k], k, ref) +
+                              x_int16_rounding(&x[i * x_stride], &w[wr * k], &offsets[wr * k], k);
+          ASSERT_NEAR(got, ref, atol) << "tile from row " << shape.first << " of " << shape.n << ", x row " << i
+                                      << ", weight row " << wr;
+          if (!outs.empty()) {
+            ASSERT_EQ(got, outs[0][static_cast<size_t>(i * kOutStride + wr)])
+                << "differs from the 16-row tile: x row " << i << ", weight row " << wr;
+          }
+        }
+      }
+      outs.push_back(out);
+    }
+    // Each row of x alone (one-row passes): the same bits as within 19 rows.
+    for (int64_t i = 0; i < kXRows; i += 6) {
+      const cpu::XInt16 xi = cpu::round_x_int16(&x[i * x_stride], x_stride, 1, k, kernels.int16_block_sums,
+                                                cpu::XInt16Order::values, kIsa);
+      const cpu::Int16Tile tile = cpu::pack_int16_tile(kernels.decode_int16, spaced.data(), w_row_bytes, kRows, k,
+                                                       chunk_bytes, kernels.int16_block_sums);
+      std::vector<float> out(kRows, -1.0f);
+      cpu::gemm_int16(tile, xi, 1, out.data(), kRows);
+      for (int64_t r = 0; r < kRows; ++r) {
+        ASSERT_EQ(out[r], outs[0][static_cast<size_t>(i * kOutStride + r)]) << "x row " << i << " alone, weight row " << r;
+      }
+    }
+  }
+}
+
 // q2_k's and q3_k's rows on x split into bytes per 256-value group (avx512_vnni): the layout
 // holds exactly round_x_int16's integers, group scales and quarter sums; one row of x against
 // n weight rows through both passes (4 rows, 1 row), groups of very different sizes; each row
@@ -872,6 +966,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
       const std::vector<float> w = dequantized(t, wq);
       const std::vector<float> offsets = block_offsets(t, wq);
       const bool int16_x = cpu::row_kernels(t, isa).dot_int16 != nullptr;
+      const bool mm_int16_x = cpu::row_kernels(t, isa).decode_int16 != nullptr;  // the integer GEMM
       const bool exact_sums = cpu::row_kernels(t, isa).int16_block_sums;
       for (int64_t m : {int64_t{3}, int64_t{17}}) {
         SCOPED_TRACE(cat(dtype_name(t), " M ", m));
@@ -887,7 +982,7 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
           for (int64_t j = 0; j < n; ++j) {
             double ref = 0;
             double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
-            if (int16_x && m <= ops::kMatmulMvMaxRows) {
+            if (m <= ops::kMatmulMvMaxRows ? int16_x : mm_int16_x) {
               tol += x_int16_rounding(&x[i * k], &w[j * k], exact_sums ? &offsets[j * k] : nullptr, k);
             }
             ASSERT_NEAR(out[i * n + j], ref, tol) << "out[" << i << ", " << j << "]";

@@ -127,9 +127,18 @@ XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k);
 using DotWeightRowsGroupBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
                                            const XInt16GroupBytes& x, float* out);
 
+/// The weight row of k values (k a multiple of 32; of the format's block) as 16-bit
+/// integers with an f32 scale and offset per 32 values: w[j] = scales[j / 32] · values[j] +
+/// offsets[j / 32], every |values[j]| below 2048.
+using DecodeRowInt16Fn = void (*)(const void* w_row, int64_t k, int16_t* values, float* scales, float* offsets);
+
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
+  // Set where the matrix-matrix products decode weight tiles to 16-bit integers for the
+  // integer GEMM (q4_0, q4_1, q5_0, q8_0, q4_k and q5_k on avx512_vnni); x then is rounded as
+  // dot_int16 takes it, with block sums when int16_block_sums is set.
+  DecodeRowInt16Fn decode_int16 = nullptr;
   // Set where integer x is faster (every block format on every SIMD set): the matrix-vector
   // kernels then use it in place of `dot`; x needs block sums when int16_block_sums is set.
   DotRowsInt16Fn dot_int16 = nullptr;

@@ -309,6 +309,32 @@ void dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t o
   }
 }
 
+// q5_0 for the integer GEMM's decoder: q - 16 with q's fifth bit (bit j of the 32-bit qh
+// for value j) added to the nibble as 16 under a mask.
+struct Q5_0Decode {
+  static constexpr int64_t kBytes = 22;
+  static __m512i values(const uint8_t* b) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m512i sixteen = _mm512_set1_epi16(16);
+    const __m512i q = nibble_values<false>(b + 6);
+    return _mm512_sub_epi16(_mm512_mask_add_epi16(q, static_cast<__mmask32>(qh), q, sixteen), sixteen);
+  }
+  static float offset(const uint8_t*) { return 0.0f; }
+};
+
+// DecodeRowInt16Fn of the integer GEMM: each block's integer values, its d and its m.
+template <typename Fmt>
+void decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  const auto* w = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* wb = w + b * Fmt::kBytes;
+    _mm512_storeu_si512(values + 32 * b, Fmt::values(wb));
+    scales[b] = half_at(wb);
+    offsets[b] = Fmt::offset(wb);
+  }
+}
+
 // Rounds one row of k values: per group, step = largest |x| / 32767 and q = round(x / step).
 // A group with a non-finite value gets a non-finite scale, so the products stay non-finite
 // as the f32 path's would.
@@ -684,6 +710,28 @@ DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa) {
       return avx512_vnni::dot_weight_rows<avx512_vnni::Q5_1>;
     case DType::iq4_nl:
       return avx512_vnni::dot_weight_rows<avx512_vnni::IQ4_NL>;
+    default:
+      break;
+  }
+#else
+  (void)w;
+  (void)isa;
+#endif
+  return nullptr;
+}
+
+DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa) {
+#if ONEPASS_CPU_X86
+  if (isa != Isa::avx512_vnni) return nullptr;
+  switch (w) {
+    case DType::q4_0:
+      return avx512_vnni::decode_int16<avx512_vnni::Q4_0>;
+    case DType::q4_1:
+      return avx512_vnni::decode_int16<avx512_vnni::Q4_1>;
+    case DType::q5_0:
+      return avx512_vnni::decode_int16<avx512_vnni::Q5_0Decode>;
+    case DType::q8_0:
+      return avx512_vnni::decode_int16<avx512_vnni::Q8_0>;
     default:
       break;
   }

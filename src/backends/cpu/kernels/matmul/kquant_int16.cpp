@@ -265,6 +265,27 @@ void kasym_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int
   }
 }
 
+// DecodeRowInt16Fn of the integer GEMM: per sub-block the 32 words sc · q, d as the scale
+// and -dmin · mn as the offset.
+template <bool kFifthBit>
+void kasym_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  constexpr int64_t kBytes = kFifthBit ? 176 : 144;
+  const auto* w = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* wb = w + b * kBytes;
+    alignas(8) uint8_t sc[8], mn[8];
+    kquant_scale_bytes(wb, sc, mn);
+    int16_t* v = values + 256 * b;
+    kasym_pairs<kFifthBit>(wb, sc, [&](auto chunk, __m512i low, __m512i high) {
+      constexpr int p = decltype(chunk)::value;
+      _mm512_storeu_si512(v + 64 * p, low);
+      _mm512_storeu_si512(v + 64 * p + 32, high);
+    });
+    _mm256_storeu_ps(scales + 8 * b, _mm256_set1_ps(half_at(wb)));
+    _mm256_storeu_ps(offsets + 8 * b, kasym_mins(wb, mn));
+  }
+}
+
 // How far ahead of the weights being read kasym_weight_rows_r asks for them, in bytes along
 // the rows read side by side (see block32_int16.cpp's dot_weight_rows_r: R short streams,
 // which the hardware prefetchers do not pick up as one long one).
@@ -560,6 +581,17 @@ DotWeightRowsInt16Fn kquant_int16_dot_weight_rows(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa == Isa::avx512_vnni && w == DType::q4_k) return avx512_vnni::kasym_weight_rows<false>;
   if (isa == Isa::avx512_vnni && w == DType::q5_k) return avx512_vnni::kasym_weight_rows<true>;
+#else
+  (void)w;
+  (void)isa;
+#endif
+  return nullptr;
+}
+
+DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa) {
+#if ONEPASS_CPU_X86
+  if (isa == Isa::avx512_vnni && w == DType::q4_k) return avx512_vnni::kasym_decode_int16<false>;
+  if (isa == Isa::avx512_vnni && w == DType::q5_k) return avx512_vnni::kasym_decode_int16<true>;
 #else
   (void)w;
   (void)isa;

@@ -1,6 +1,8 @@
-// mm_<W>_f32 on the CPU: each block decodes its kCpuMmRowsPerBlock weight rows to f32 once
-// (f32 rows are used in place) and multiplies them with its kCpuMmColsPerBlock rows of x
-// through gemm_rows_f32.
+// mm_<W>_f32 on the CPU: each block decodes its kCpuMmRowsPerBlock weight rows once and
+// multiplies them with its kCpuMmColsPerBlock rows of x. Where the weight type has a 16-bit
+// integer decoder (RowKernels::decode_int16) that is the integer GEMM (gemm_int16.cpp) on x
+// rounded as the matrix-vector kernels round it; elsewhere rows decoded to f32 (f32 rows
+// used in place) and gemm_rows_f32.
 #include <algorithm>
 
 #include "../../cpu_launch.h"
@@ -10,12 +12,42 @@
 namespace onepass::cpu {
 namespace {
 
+// The blocks [first, end) through the integer GEMM. Blocks run weight-row blocks fastest, so
+// a thread's range of blocks rounds each block of x rows once, not once per tile (rounding
+// 64 rows costs about as much as one tile's products).
+template <DType W>
+void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchDims& dims, uint64_t first,
+              uint64_t end, Isa isa) {
+  static_assert(kCpuMmRowsPerBlock == kInt16TileRows);
+  const int64_t chunk_bytes = static_cast<int64_t>(dtype_size(W)) * (256 / dtype_block_elems(W));
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  int64_t rounded_m0 = -1;
+  XInt16 x;
+  for (uint64_t b = first; b < end; ++b) {
+    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMmRowsPerBlock;
+    const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * kCpuMmColsPerBlock;
+    const int64_t n_count = std::min(a.n - n0, kCpuMmRowsPerBlock);
+    const int64_t m_count = std::min(a.m - m0, kCpuMmColsPerBlock);
+    if (n_count <= 0 || m_count <= 0) continue;
+    if (m0 != rounded_m0) {
+      x = round_x_int16(a.x + m0 * a.x_stride, a.x_stride, m_count, a.k, kernels.int16_block_sums,
+                        XInt16Order::values, isa);
+      rounded_m0 = m0;
+    }
+    const Int16Tile tile = pack_int16_tile(kernels.decode_int16, w + n0 * a.w_row_bytes, a.w_row_bytes, n_count,
+                                           a.k, chunk_bytes, kernels.int16_block_sums);
+    gemm_int16(tile, x, m_count, a.out + m0 * a.out_stride + n0, a.out_stride);
+  }
+}
+
 template <DType W>
 void mm(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t end) {
   const auto& a = *static_cast<const ops::MatmulArgs*>(raw);
   const Isa isa = active_isa();
-  const DecodeRowFn decode = row_kernels(W, isa).decode;
+  const RowKernels& kernels = row_kernels(W, isa);
+  const DecodeRowFn decode = kernels.decode;
   const auto* w = static_cast<const uint8_t*>(a.w);
+  if (kernels.decode_int16 != nullptr) return mm_int16<W>(a, kernels, dims, first, end, isa);
   const float* x_rows[kCpuMmColsPerBlock];
   float* out_rows[kCpuMmColsPerBlock];
   for (uint64_t b = first; b < end; ++b) {

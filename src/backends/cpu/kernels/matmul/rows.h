@@ -64,6 +64,11 @@ DotRowsInt16Fn kquant_low_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
+// The 16-bit integer row decoders of the integer GEMM (RowKernels::decode_int16) on
+// Isa::avx512_vnni: q4_0, q4_1, q5_0 and q8_0 (block32_int16.cpp), q4_k and q5_k
+// (kquant_int16.cpp); null for the other types and sets.
+DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa);
+DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa);
 // The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
 // Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
@@ -120,6 +125,30 @@ class RowDots {
   XInt16Bytes x_bytes_;
   XInt16GroupBytes x_group_bytes_;
 };
+
+/// Up to kInt16TileRows weight rows packed for gemm_int16 (gemm_int16.cpp): per pair of
+/// values, the pair of every row as one dword (pairs[(j / 2) * kInt16TileRows + r] holds
+/// values j, j + 1 of row r); per 32-value block, the rows' scales and offsets (offsets
+/// null when the format has none). Rows past `rows` are zero.
+struct Int16Tile {
+  const int32_t* pairs = nullptr;
+  const float* scales = nullptr;
+  const float* offsets = nullptr;
+  int64_t k = 0;
+  int64_t rows = 0;
+};
+inline constexpr int64_t kInt16TileRows = 16;
+
+/// Decodes n weight rows (1 <= n <= kInt16TileRows, w_row_bytes apart, k values each, k a
+/// multiple of 32) with `decode` into an Int16Tile in per-thread scratch slot 0 (valid until
+/// the thread's next use of it); chunk_bytes is the bytes of 256 values of a row, which
+/// `decode` is given at a time. Isa::avx512_vnni.
+Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_row_bytes, int64_t n, int64_t k,
+                          int64_t chunk_bytes, bool offsets);
+/// out[i * out_stride + r] = Σ_j x_i[j] · w_r[j] for i < m, r < tile.rows, x rounded as
+/// XInt16 says (with block sums when the tile has offsets); exact integer sums per 32
+/// values, f32 beyond. An element's value depends only on its two rows. Isa::avx512_vnni.
+void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride);
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
 /// (mv_fused.cpp).
