@@ -136,7 +136,7 @@ struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
   // Set where the matrix-matrix products decode weight tiles to 16-bit integers for the
-  // integer GEMM (q4_0, q4_1, q5_0, q8_0, q4_k and q5_k on avx512_vnni); x then is rounded as
+  // integer GEMM (q4_0, q4_1, q5_0, q8_0, q3_k, q4_k and q5_k on avx512_vnni); x then is rounded as
   // dot_int16 takes it, with block sums when int16_block_sums is set.
   DecodeRowInt16Fn decode_int16 = nullptr;
   // Set where integer x is faster (every block format on every SIMD set): the matrix-vector

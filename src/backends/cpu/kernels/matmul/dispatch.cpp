@@ -103,6 +103,7 @@ KernelTable make_table(Isa isa) {
       if (isa == Isa::avx512_vnni && w == DType::q6_k) kernels.int16_order = XInt16Order::even_odd;
       kernels.decode_int16 = block32_int16_decode(w, isa);
       if (kernels.decode_int16 == nullptr) kernels.decode_int16 = kquant_int16_decode(w, isa);
+      if (kernels.decode_int16 == nullptr) kernels.decode_int16 = kquant_low_int16_decode(w, isa);
       kernels.dot_weight_rows_bytes = q4_split_x_dot_weight_rows(w, isa);
       kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && (w == DType::q4_1 || w == DType::q5_1);
       kernels.dot_weight_rows_group_bytes = kquant_low_split_x_dot_weight_rows(w, isa);

@@ -196,6 +196,25 @@ void low_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64
   }
 }
 
+// DecodeRowInt16Fn of the integer GEMM (q3_k): per 32 values the words (sc - 32) · q
+// (|.| <= 128), d as the scale, no offset.
+void q3k_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  const auto* w = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* wb = w + b * Q3K::kBytes;
+    int16_t* v = values + 256 * b;
+    Q3K::runs(wb, [&](auto run, __m512i words, __m512i) {
+      constexpr int r = decltype(run)::value;
+      _mm512_storeu_si512(v + 32 * r, words);
+    });
+    const float d = Q3K::d(wb);
+    for (int j = 0; j < 8; ++j) {
+      scales[8 * b + j] = d;
+      offsets[8 * b + j] = 0.0f;
+    }
+  }
+}
+
 // How far ahead of the weights being read weight_rows_r asks for them (see
 // block32_int16.cpp's dot_weight_rows_r).
 constexpr int64_t kPrefetchBytes = 4096;
@@ -417,6 +436,16 @@ DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa == Isa::avx512_vnni && w == DType::q2_k) return avx512_vnni::weight_rows<avx512_vnni::Q2K>;
   if (isa == Isa::avx512_vnni && w == DType::q3_k) return avx512_vnni::weight_rows<avx512_vnni::Q3K>;
+#else
+  (void)w;
+  (void)isa;
+#endif
+  return nullptr;
+}
+
+DecodeRowInt16Fn kquant_low_int16_decode(DType w, Isa isa) {
+#if ONEPASS_CPU_X86
+  if (isa == Isa::avx512_vnni && w == DType::q3_k) return avx512_vnni::q3k_decode_int16;
 #else
   (void)w;
   (void)isa;

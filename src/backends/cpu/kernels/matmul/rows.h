@@ -66,9 +66,10 @@ DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
 // The 16-bit integer row decoders of the integer GEMM (RowKernels::decode_int16) on
 // Isa::avx512_vnni: q4_0, q4_1, q5_0 and q8_0 (block32_int16.cpp), q4_k and q5_k
-// (kquant_int16.cpp); null for the other types and sets.
+// (kquant_int16.cpp), q3_k (kquant_low_int16.cpp); null for the other types and sets.
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa);
+DecodeRowInt16Fn kquant_low_int16_decode(DType w, Isa isa);  // q3_k (kquant_low_int16.cpp)
 // The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
 // Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
