@@ -31,6 +31,18 @@ constexpr int64_t kQ6KBytes = 210;
 template <int kChunk>
 using Chunk = std::integral_constant<int, kChunk>;
 
+// The 8 sub-block scales sc and mins mn (6 bits each) of a q4_k / q5_k super-block at b, as
+// bytes: the 12 packed bytes (kquant_scale_min) unpacked four sub-blocks at a time in
+// 32-bit words.
+inline void kquant_scale_bytes(const uint8_t* b, uint8_t sc[8], uint8_t mn[8]) {
+  uint32_t w[3];
+  std::memcpy(w, b + 4, 12);
+  const uint32_t s[2] = {w[0] & 0x3f3f3f3fu, (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)};
+  const uint32_t m[2] = {w[1] & 0x3f3f3f3fu, ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)};
+  std::memcpy(sc, s, 8);
+  std::memcpy(mn, m, 8);
+}
+
 }  // namespace
 }  // namespace onepass::cpu
 
@@ -144,17 +156,6 @@ void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int6
 }
 
 
-// The 8 sub-block scales sc and mins mn (6 bits each) of a q4_k / q5_k super-block at b, as
-// bytes: the 12 packed bytes (kquant_scale_min) unpacked four sub-blocks at a time in
-// 32-bit words.
-inline void kquant_scale_bytes(const uint8_t* b, uint8_t sc[8], uint8_t mn[8]) {
-  uint32_t w[3];
-  std::memcpy(w, b + 4, 12);
-  const uint32_t s[2] = {w[0] & 0x3f3f3f3fu, (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)};
-  const uint32_t m[2] = {w[1] & 0x3f3f3f3fu, ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)};
-  std::memcpy(sc, s, 8);
-  std::memcpy(mn, m, 8);
-}
 
 // The 4 pairs of 32-value sub-blocks (2p, 2p + 1) of the q4_k / q5_k super-block at b:
 // f(Chunk<p>, low, high), the 32 words sc · q of each sub-block in value order. Byte l of a
@@ -436,16 +437,6 @@ void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int6
 }
 
 
-// The 8 sub-block scales sc and mins mn of a q4_k / q5_k super-block at b, as bytes (see
-// avx512_vnni::kquant_scale_bytes).
-inline void kquant_scale_bytes(const uint8_t* b, uint8_t sc[8], uint8_t mn[8]) {
-  uint32_t w[3];
-  std::memcpy(w, b + 4, 12);
-  const uint32_t s[2] = {w[0] & 0x3f3f3f3fu, (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)};
-  const uint32_t m[2] = {w[1] & 0x3f3f3f3fu, ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)};
-  std::memcpy(sc, s, 8);
-  std::memcpy(mn, m, 8);
-}
 
 // Bit s of each word moved to bit 4 (the other bits are masked off by the caller).
 template <int s>
