@@ -472,7 +472,9 @@ void LlamaModel::load_weights(const ModelSource& source) {
   }
 
   auto buffers = std::make_unique<Buffers>();
-  const int64_t batch = std::min(options_.max_batch, ctx);
+  // One sequence's rows never exceed the context; a batched step holds a row per sequence,
+  // whatever the context.
+  const int64_t batch = std::min(options_.max_batch, std::max(ctx, options_.sequences));
   buffers->max_batch = batch;
   const size_t step_bytes = static_cast<size_t>(1 + 2 * batch) * 4;
   buffers->step_host = b.alloc_host_visible(step_bytes);

@@ -427,6 +427,29 @@ TEST(BatchedStep, GpuMatchesEachSequenceDecodedAloneOnTheCpu) {
   }
 }
 
+// A batched step holds a row per sequence, whatever the context: 12 sequences of a context
+// of 8 positions decode together (one step of 12 rows), each as it decodes alone.
+TEST(BatchedStep, MoreSequencesThanContextPositions) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const LlamaConfig c = small("llama");
+  auto src = make_random_source(c, DType::f32, seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<Script> scripts;
+  for (int i = 0; i < 12; ++i) scripts.push_back({some_tokens(3, rng, c.vocab_size), some_tokens(4, rng, c.vocab_size), 0});
+  LoadOptions o;
+  o.context = 8;
+  o.max_batch = 16;
+  o.sequences = 12;
+  o.kv_block_size = 4;
+  LlamaModel model(testing::cpu_backend(), *src, o);
+  EXPECT_EQ(model.max_step_rows(), 12);
+  std::vector<std::vector<std::vector<float>>> want;
+  for (const Script& s : scripts) want.push_back(alone(model, s));
+  const std::vector<Running> runs = batched(model, scripts, 3);
+  for (size_t i = 0; i < runs.size(); ++i) expect_same(want[i], runs[i], 1e-5, cat("sequence ", i));
+}
+
 TEST(BatchedStep, PoolFullIsAnErrorThatChangesNothing) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
