@@ -128,44 +128,51 @@ inline int64_t packed_w_bytes(int64_t k) {
   return (2 * blocks + 1) * kBHalfBytes + 2 * blocks * kTileColumns * 4;
 }
 
-/// Block formats: bytes per block, and the block's 32 integers as s8 and its scale and min.
+/// Block formats: bytes per block, its scale and min, and its 32 integers as s8 in 8 dwords
+/// (dword j: values 4j .. 4j + 3, the VNNI rows of one weight row).
 template <DType W>
 struct AmxFormat;
+
+inline uint32_t dword_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 template <>
 struct AmxFormat<DType::q8_0> {
   static constexpr int64_t kBytes = 34;
-  static void values(const uint8_t* block, int8_t* q, float& d, float& m) {
-    d = half_at(block);
-    m = 0.0f;
-    std::memcpy(q, block + 2, 32);
+  static float min(const uint8_t*) { return 0.0f; }
+  static void dwords(const uint8_t* block, uint32_t* q) {
+    for (int j = 0; j < 8; ++j) q[j] = dword_at(block + 2 + 4 * j);
   }
 };
+
+// Nibble bytes at `nibbles`: byte i holds value i (low) and value i + 16 (high).
+inline void nibble_dwords(const uint8_t* nibbles, uint32_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t v = dword_at(nibbles + 4 * j);
+    q[j] = v & 0x0F0F0F0Fu;
+    q[j + 4] = (v >> 4) & 0x0F0F0F0Fu;
+  }
+}
 
 template <>
 struct AmxFormat<DType::q4_0> {
   static constexpr int64_t kBytes = 18;
-  static void values(const uint8_t* block, int8_t* q, float& d, float& m) {
-    d = half_at(block);
-    m = 0.0f;
-    for (int j = 0; j < 16; ++j) {
-      q[j] = static_cast<int8_t>((block[2 + j] & 0x0F) - 8);
-      q[j + 16] = static_cast<int8_t>((block[2 + j] >> 4) - 8);
-    }
+  static float min(const uint8_t*) { return 0.0f; }
+  static void dwords(const uint8_t* block, uint32_t* q) {
+    nibble_dwords(block + 2, q);
+    // Each byte q - 8 in two's complement: (q + 0x80 - 8) ^ 0x80 never borrows across bytes.
+    for (int j = 0; j < 8; ++j) q[j] = ((q[j] | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
   }
 };
 
 template <>
 struct AmxFormat<DType::q4_1> {
   static constexpr int64_t kBytes = 20;
-  static void values(const uint8_t* block, int8_t* q, float& d, float& m) {
-    d = half_at(block);
-    m = half_at(block + 2);
-    for (int j = 0; j < 16; ++j) {
-      q[j] = static_cast<int8_t>(block[4 + j] & 0x0F);
-      q[j + 16] = static_cast<int8_t>(block[4 + j] >> 4);
-    }
-  }
+  static float min(const uint8_t* block) { return half_at(block + 2); }
+  static void dwords(const uint8_t* block, uint32_t* q) { nibble_dwords(block + 4, q); }
 };
 
 /// Packs `rows` (<= 16) weight rows of k values, w_row_bytes apart, into `buffer` (64-byte
@@ -188,37 +195,47 @@ PackedW pack_w(const uint8_t* w, int64_t w_row_bytes, int64_t rows, int64_t k, u
         d = m = 0.0f;
         continue;
       }
-      int8_t q[kBlockValues];
-      AmxFormat<W>::values(w + n * w_row_bytes + b * AmxFormat<W>::kBytes, q, d, m);
-      for (int64_t j = 0; j < kBlockValues / 4; ++j) std::memcpy(half + j * kTileRowBytes + 4 * n, q + 4 * j, 4);
+      const uint8_t* block = w + n * w_row_bytes + b * AmxFormat<W>::kBytes;
+      d = half_at(block);
+      m = AmxFormat<W>::min(block);
+      uint32_t q[kBlockValues / 4];
+      AmxFormat<W>::dwords(block, q);
+      for (int64_t j = 0; j < kBlockValues / 4; ++j) std::memcpy(half + j * kTileRowBytes + 4 * n, &q[j], 4);
     }
   }
   return p;
 }
 
 /// acc[r][n] += (256 · high[r][n] + low[r][n]) · scale[r] · d[n] (+ sum[r] · m[n] with
-/// `offset`) over one panel's 16 x 16 outputs, all row-major with 16 columns.
-inline void scale_block(const int32_t* high, const int32_t* low, const float* scale, const float* sum, const float* d,
-                        const float* m, bool offset, float* acc) {
+/// kOffset) over one panel's 16 x 16 outputs, all row-major with 16 columns. A row is one
+/// 16-value vector (GCC's vector extension: one AVX-512 register where the target has it);
+/// left to itself, GCC vectorises across rows through transposes.
+template <bool kOffset>
+void scale_block(const int32_t* high, const int32_t* low, const float* scale, const float* sum, const float* d,
+                 const float* m, float* acc) {
+  using Floats = float __attribute__((vector_size(4 * kTileColumns)));
+  using Ints = int32_t __attribute__((vector_size(4 * kTileColumns)));
+  Floats dv, mv;
+  std::memcpy(&dv, d, sizeof(dv));
+  std::memcpy(&mv, m, sizeof(mv));
   for (int64_t r = 0; r < kPanelRows; ++r) {
-    const float s = scale[r];
-    const float t = sum[r];
-    float* row = acc + r * kTileColumns;
-    const int32_t* h = high + r * kTileColumns;
-    const int32_t* l = low + r * kTileColumns;
-    for (int64_t n = 0; n < kTileColumns; ++n) {
-      const float total = static_cast<float>(h[n] * 256 + l[n]);
-      row[n] += total * (s * d[n]);
-      if (offset) row[n] += t * m[n];
-    }
+    Ints h, l;
+    Floats row;
+    std::memcpy(&h, high + r * kTileColumns, sizeof(h));
+    std::memcpy(&l, low + r * kTileColumns, sizeof(l));
+    std::memcpy(&row, acc + r * kTileColumns, sizeof(row));
+    const Floats total = __builtin_convertvector(h * 256 + l, Floats);
+    row += total * (scale[r] * dv);
+    if constexpr (kOffset) row += sum[r] * mv;
+    std::memcpy(acc + r * kTileColumns, &row, sizeof(row));
   }
 }
 
 /// acc (panels x 16 x 16, zeroed by the caller) += the panels [first_panel, first_panel +
-/// panels) of x times the weight tile w, block by block through `tiles`.
-template <typename Tiles>
-void tile_product(Tiles& tiles, const PackedX& x, int64_t first_panel, int64_t panels, const PackedW& w, bool offset,
-                  float* acc) {
+/// panels) of x times the weight tile w, block by block through `tiles` (with q4_1's min
+/// term when kOffset).
+template <bool kOffset, typename Tiles>
+void tile_product(Tiles& tiles, const PackedX& x, int64_t first_panel, int64_t panels, const PackedW& w, float* acc) {
   alignas(64) int32_t c[4][kCTileValues];
   for (int64_t b = 0; b < w.blocks; ++b) {
     tiles.load_b(w.b_high(b), w.b_low(b));
@@ -232,12 +249,12 @@ void tile_product(Tiles& tiles, const PackedX& x, int64_t first_panel, int64_t p
         tiles.template multiply<1>();
       }
       tiles.template store_c<0>(c[0], c[1]);
-      scale_block(c[0], c[1], x.scales(panel, b), x.sums(panel, b), w.d + b * kTileColumns, w.m + b * kTileColumns,
-                  offset, acc + p * kCTileValues);
+      scale_block<kOffset>(c[0], c[1], x.scales(panel, b), x.sums(panel, b), w.d + b * kTileColumns,
+                           w.m + b * kTileColumns, acc + p * kCTileValues);
       if (pair) {
         tiles.template store_c<1>(c[2], c[3]);
-        scale_block(c[2], c[3], x.scales(panel + 1, b), x.sums(panel + 1, b), w.d + b * kTileColumns,
-                    w.m + b * kTileColumns, offset, acc + (p + 1) * kCTileValues);
+        scale_block<kOffset>(c[2], c[3], x.scales(panel + 1, b), x.sums(panel + 1, b), w.d + b * kTileColumns,
+                             w.m + b * kTileColumns, acc + (p + 1) * kCTileValues);
       }
     }
   }
@@ -272,7 +289,7 @@ void mm_blocks(const ops::MatmulArgs& a, uint64_t grid_x, uint64_t first, uint64
     const PackedW packed =
         pack_w<W>(w + n0 * a.w_row_bytes, a.w_row_bytes, n_count, a.k, reinterpret_cast<uint8_t*>(w_buffer));
     std::fill_n(acc, x.panels * kCTileValues, 0.0f);
-    tile_product(tiles, x, 0, x.panels, packed, kOffset, acc);
+    tile_product<kOffset>(tiles, x, 0, x.panels, packed, acc);
     for (int64_t i = 0; i < m_count; ++i) {
       const float* row = acc + (i / kPanelRows) * kCTileValues + (i % kPanelRows) * kTileColumns;
       std::copy_n(row, n_count, a.out + (m0 + i) * a.out_stride + n0);
