@@ -9,13 +9,14 @@
 // integers q = round(x / s) in [-32767, 32767] (off by at most s / 2, 2^-16 of the block's
 // largest value), split as q = 256 h + l, h signed (s8), l unsigned (u8). The weights are
 // the blocks' integers as s8 (q8_0's q; q4_0's nibble - 8; q4_1's nibble, its min m apart).
-// Per block, tile row r (a row of x) and column n (a weight row):
-//   Σ w · q = 256 · Σ w · h + Σ w · l,   |Σ w · h| <= 32 · 128 · 128 = 2^19 (TDPBSSD),
-//   0 <= ... |Σ w · l| <= 32 · 255 · 128 < 2^20 (TDPBUSD),
-// so both int32 sums and 256 · Σ w · h + Σ w · l (< 2^28) are exact; the f32 conversion
-// of the total rounds once (exact below 2^24, that is for the 4-bit formats). The block's
-// share of the output is that total times s · d (d the weight block's scale), plus for
-// q4_1 m · Σ x with the f32 sum of the unrounded x.
+// Per block, tile row r (a row of x) and column n (a weight row), with |w| <= 128:
+//   Σ w · q = 256 · Σ w · h + Σ w · l,
+//   |Σ w · h| <= 32 · 128 · 128 = 2^19 (TDPBSSD),  |Σ w · l| <= 32 · 255 · 128 < 2^20 (TDPBUSD),
+// and the C tiles are zeroed every block, so both int32 sums are exact, and so is
+// 256 · Σ w · h + Σ w · l (|Σ w · q| <= 32 · 32767 · 128 < 2^27); its f32 conversion rounds
+// once (exact below 2^24: always for the 4-bit formats, |w| <= 15). The block's share of
+// the output is that total times s · d (d the weight block's scale), plus for q4_1
+// m · Σ x with the f32 sum of the unrounded x.
 //
 // Tiles (16 rows x 64 bytes each, 8 of them). One TDP instruction per block and tile pair
 // covers K = 32 values: an A tile row holds a block's 32 bytes h, then its 32 bytes l; B
