@@ -1,7 +1,8 @@
 // The AMX matrix-matrix products (src/backends/cpu/kernels/matmul/amx_tiles.inl): the run-time
 // choice of Isa::amx and its refusal, and the kernel on the plain C++ model of the tile
 // instructions (the same packing and scaling code as the hardware path) against float64,
-// on its own and in the default model's forward pass.
+// on its own and in the default model's forward pass. The tests of the tile instructions
+// themselves skip, saying why, where this process cannot use AMX.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../../src/backends/cpu/kernels/matmul/amx_tiles.h"
@@ -33,6 +35,26 @@ class AmxEmulation {
   AmxEmulation(const AmxEmulation&) = delete;
   AmxEmulation& operator=(const AmxEmulation&) = delete;
 };
+
+// Restores the instruction set in use when a scope ends.
+class IsaGuard {
+ public:
+  IsaGuard() : saved_(cpu::active_isa()) {}
+  ~IsaGuard() { cpu::set_active_isa(saved_); }
+  IsaGuard(const IsaGuard&) = delete;
+  IsaGuard& operator=(const IsaGuard&) = delete;
+
+ private:
+  cpu::Isa saved_;
+};
+
+// Why the tests of the real tile instructions skip on this machine.
+std::string why_no_amx() {
+  const cpu::AmxSupport& s = cpu::amx_support();
+  return cat("AMX is not usable here (CPUID AMX-TILE ", s.cpu_tile, ", AMX-INT8 ", s.cpu_int8, ", XCR0 tile state ",
+             (s.xcr0 >> 17) & 3, "/3, Linux tile data permission ", s.tile_data_permitted,
+             "): the hardware AMX tests run only on CPUs with AMX");
+}
 
 TEST(AmxIsa, NamesCapTheWidestSet) {
   using cpu::Isa;
@@ -124,40 +146,53 @@ std::vector<uint8_t> weights(DType type, int64_t n, int64_t k, std::mt19937_64& 
   return bytes;
 }
 
-// The emulated AMX products against float64. Tolerance per element: f32 rounding of the
-// per-block sums (4 u sqrt(K) times the magnitude bracket of tests/ops/cases_matmul.cpp)
-// plus x's rounding, half a step (amax / 32767) per value of each 32-value block.
-TEST(AmxTiles, EmulatedProductsMatchFloat64) {
+// x for a product test: uniform, every fifth row scaled by 1e-3 and one value of row 1 by 1e4
+// (blocks of very different magnitudes in one row); the x_pad floats past each row NaN.
+std::vector<float> product_x(const Shape3& s, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t x_stride = s.k + s.x_pad;
+  std::vector<float> x(static_cast<size_t>(s.m * x_stride), NAN);
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.k; ++j) x[i * x_stride + j] = u(rng) * (i % 5 == 4 ? 1e-3f : 1.0f);
+  }
+  x[x_stride + 5] = 1e4f;
+  return x;
+}
+
+// out = x · wᵀ through ops::matmul on the path in use (m > 8 rows: mm_<t>_f32).
+std::vector<float> product(Backend& backend, GraphExecutor& executor, DType t, const Shape3& s,
+                           const std::vector<float>& x, const std::vector<uint8_t>& wq) {
+  const int64_t x_stride = s.k + s.x_pad;
+  TensorView wide = backend.alloc_tensor(DType::f32, {s.m, x_stride});
+  wide.view.write(x.data(), x.size() * sizeof(float));
+  TensorView xt(wide.view, DType::f32, Shape{s.m, s.k}, wide.row_stride);
+  TensorView wt = backend.alloc_tensor(t, {s.n, s.k});
+  wt.view.write(wq.data(), wq.size());
+  TensorView out = testing::poisoned_tensor(backend, {s.m, s.n});
+  GraphSession session = executor.begin();
+  ops::matmul(session, xt, wt, out);
+  session.finish();
+  return out.view.read_as<float>();
+}
+
+// The AMX products on the path in use (the model of the tiles, or the tiles) against
+// float64. Tolerance per element: f32 rounding of the per-block sums (4 u sqrt(K) times the
+// magnitude bracket of tests/ops/cases_matmul.cpp) plus x's rounding, half a step
+// (amax / 32767) per value of each 32-value block.
+void expect_amx_products_match_float64() {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
   auto backend = testing::cpu_backend();
   GraphExecutor executor(backend);
-  AmxEmulation emulation;
   for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0}) {
     for (const Shape3& s : kShapes) {
       SCOPED_TRACE(cat(dtype_name(t), " m ", s.m, " n ", s.n, " k ", s.k));
       std::vector<double> w_values, offsets;
       const std::vector<uint8_t> wq = weights(t, s.n, s.k, rng, w_values, offsets);
-      // x: uniform, every fifth row scaled by 1e-3 and one value of row 1 by 1e4 (blocks of
-      // very different magnitudes in one row).
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       const int64_t x_stride = s.k + s.x_pad;
-      std::vector<float> x(static_cast<size_t>(s.m * x_stride), NAN);
-      for (int64_t i = 0; i < s.m; ++i) {
-        for (int64_t j = 0; j < s.k; ++j) x[i * x_stride + j] = u(rng) * (i % 5 == 4 ? 1e-3f : 1.0f);
-      }
-      x[x_stride + 5] = 1e4f;
-      TensorView wide = backend->alloc_tensor(DType::f32, {s.m, x_stride});
-      wide.view.write(x.data(), x.size() * sizeof(float));
-      TensorView xt(wide.view, DType::f32, Shape{s.m, s.k}, wide.row_stride);
-      TensorView wt = backend->alloc_tensor(t, {s.n, s.k});
-      wt.view.write(wq.data(), wq.size());
-      TensorView out = testing::poisoned_tensor(*backend, {s.m, s.n});
-      GraphSession session = executor.begin();
-      ops::matmul(session, xt, wt, out);
-      session.finish();
-      const std::vector<float> got = out.view.read_as<float>();
+      const std::vector<float> x = product_x(s, rng);
+      const std::vector<float> got = product(*backend, executor, t, s, x, wq);
       for (int64_t i = 0; i < s.m; ++i) {
         for (int64_t j = 0; j < s.n; ++j) {
           double ref = 0, scaled = 0, offset = 0, squares = 0, quantization = 0;
@@ -182,6 +217,53 @@ TEST(AmxTiles, EmulatedProductsMatchFloat64) {
           ASSERT_NEAR(got[static_cast<size_t>(i * s.n + j)], ref, tol) << "out[" << i << ", " << j << "]";
         }
       }
+    }
+  }
+}
+
+TEST(AmxTiles, EmulatedProductsMatchFloat64) {
+  AmxEmulation emulation;
+  expect_amx_products_match_float64();
+}
+
+// The tile instructions themselves; needs a CPU with AMX.
+TEST(AmxTiles, HardwareProductsMatchFloat64) {
+  if (!cpu::isa_supported(cpu::Isa::amx)) GTEST_SKIP() << why_no_amx();
+  IsaGuard guard;
+  cpu::set_active_isa(cpu::Isa::amx);
+  expect_amx_products_match_float64();
+}
+
+// The tiles give the model's results bit for bit (the model is what the other tests check on
+// machines without AMX), and under a cap of avx512_vnni mm stays off the tiles (its results
+// are the integer GEMM's, which rounds x per 256 values, not per 32). Needs a CPU with AMX.
+TEST(AmxTiles, HardwareMatchesTheModelBitForBitAndCapsTurnItOff) {
+  if (!cpu::isa_supported(cpu::Isa::amx)) GTEST_SKIP() << why_no_amx();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  auto backend = testing::cpu_backend();
+  GraphExecutor executor(backend);
+  IsaGuard guard;
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0}) {
+    for (const Shape3& s : kShapes) {
+      SCOPED_TRACE(cat(dtype_name(t), " m ", s.m, " n ", s.n, " k ", s.k));
+      std::vector<double> w_values, offsets;
+      const std::vector<uint8_t> wq = weights(t, s.n, s.k, rng, w_values, offsets);
+      const std::vector<float> x = product_x(s, rng);
+      cpu::set_active_isa(cpu::Isa::amx);
+      const std::vector<float> tiles = product(*backend, executor, t, s, x, wq);
+      std::vector<float> model;
+      {
+        AmxEmulation emulation;
+        model = product(*backend, executor, t, s, x, wq);
+      }
+      ASSERT_EQ(tiles.size(), model.size());
+      EXPECT_EQ(std::memcmp(tiles.data(), model.data(), tiles.size() * sizeof(float)), 0);
+      cpu::set_active_isa(cpu::Isa::avx512_vnni);
+      const std::vector<float> capped = product(*backend, executor, t, s, x, wq);
+      EXPECT_NE(std::memcmp(tiles.data(), capped.data(), tiles.size() * sizeof(float)), 0)
+          << "mm under ONEPASS_CPU_ISA=avx512_vnni gave the tiles' results";
     }
   }
 }
@@ -230,9 +312,10 @@ std::vector<double> log_softmax(std::span<const float> row) {
 }
 
 // The default model (q4_1 matrices, a q8_0 LM head) over a prompt of English text in one
-// prefill, so that every product is a matrix-matrix one: the next-token distributions with the AMX products (x in
-// 16-bit integers per 32 values) against those with the f32 products (within mean KL 3e-6 of
-// a float64 forward pass): mean KL at most 1e-4.
+// prefill, so that every product is a matrix-matrix one: the next-token distributions with
+// the AMX products (x in 16-bit integers per 32 values; the tiles where this CPU has them,
+// else their model) against those with the vector set's products (within mean KL 3e-6 of a
+// float64 forward pass): mean KL at most 1e-4.
 TEST(AmxTiles, DefaultModelLogitsStayWithinTheKlBound) {
   const char* path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not installed (scripts/setup)";
@@ -250,9 +333,16 @@ TEST(AmxTiles, DefaultModelLogitsStayWithinTheKlBound) {
     const std::span<const float> logits = model.evaluate(tokens);
     return std::vector<float>(logits.begin(), logits.end());
   };
+  IsaGuard guard;
+  const bool tiles = cpu::isa_supported(cpu::Isa::amx);
+  const cpu::Isa vector = cpu::vector_isa(cpu::active_isa());
+  cpu::set_active_isa(vector);
   const std::vector<float> base = run();
   std::vector<float> amx;
-  {
+  if (tiles) {
+    cpu::set_active_isa(cpu::Isa::amx);
+    amx = run();
+  } else {
     AmxEmulation emulation;
     amx = run();
   }
@@ -270,8 +360,9 @@ TEST(AmxTiles, DefaultModelLogitsStayWithinTheKlBound) {
     agree += std::max_element(p.begin(), p.end()) == p.begin() + (std::max_element(q.begin(), q.end()) - q.begin());
   }
   const double mean_kl = kl_sum / static_cast<double>(tokens.size());
-  std::printf("[amx] default model, %zu positions: mean KL %.3g, max KL %.3g, top-1 agreement %zu / %zu\n",
-              tokens.size(), mean_kl, kl_max, agree, tokens.size());
+  std::printf("[amx] default model, %zu positions, AMX %s vs %s: mean KL %.3g, max KL %.3g, top-1 agreement %zu / %zu\n",
+              tokens.size(), tiles ? "tiles" : "model of the tiles", cpu::isa_name(vector), mean_kl, kl_max,
+              agree, tokens.size());
   EXPECT_LE(mean_kl, 1e-4);
   EXPECT_GT(mean_kl, 0.0) << "the AMX path did not run";
 }

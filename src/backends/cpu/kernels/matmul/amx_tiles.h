@@ -37,8 +37,9 @@ void amx_mm_blocks(DType w, const ops::MatmulArgs& a, uint64_t grid_x, uint64_t 
 void amx_mm_blocks_emulated(DType w, const ops::MatmulArgs& a, uint64_t grid_x, uint64_t first,
                             uint64_t end);
 
-/// Tests: while set, mm_<w>_f32 for amx_mm_type(w) takes amx_mm_blocks_emulated on any CPU
-/// (call only while no work is running, as set_active_isa).
+/// Tests: while set, mm_<w>_f32 for amx_mm_type(w) takes amx_mm_blocks_emulated on any CPU,
+/// whatever the Isa in use, AMX machines included (call only while no work is running, as
+/// set_active_isa).
 void set_amx_emulation(bool on);
 bool amx_emulation();
 
