@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <ostream>
 #include <random>
+#include <span>
 
 #include "onepass/core/error.h"
 #include "onepass/model/architecture.h"
@@ -16,8 +18,12 @@
 #include "onepass/model/loader.h"
 #include "onepass/model/model_maker.h"
 #include "onepass/model/sampler.h"
+#include "onepass/model/tokenizer.h"
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
+// The AMX products on the model of the tiles (tests only), and the instruction set in use.
+#include "backends/cpu/kernels/matmul/amx_tiles.h"
+#include "backends/cpu/kernels/quant_blocks.h"
 
 namespace onepass::model {
 namespace {
@@ -1385,5 +1391,112 @@ TEST(LlamaMoe, GpuQuantizedExpertsDecodeMatchesCpu) {
   });
 }
 
+
+// Mean KL of the next-token distributions of `got` ([tokens, vocab] logits) against `want`.
+double mean_kl(const std::vector<std::vector<double>>& want, std::span<const float> got, size_t vocab) {
+  double total = 0;
+  for (size_t t = 0; t < want.size(); ++t) {
+    const std::vector<double>& r = want[t];
+    const std::span<const float> g = got.subspan(t * vocab, vocab);
+    const double r_max = *std::max_element(r.begin(), r.end());
+    const double g_max = *std::max_element(g.begin(), g.end());
+    double r_sum = 0, g_sum = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      r_sum += std::exp(r[i] - r_max);
+      g_sum += std::exp(static_cast<double>(g[i]) - g_max);
+    }
+    double kl = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      const double p = r[i] - r_max - std::log(r_sum), q = static_cast<double>(g[i]) - g_max - std::log(g_sum);
+      kl += std::exp(p) * (p - q);
+    }
+    total += kl;
+  }
+  return total / static_cast<double>(want.size());
+}
+
+// The default model (q4_1, a q8_0 LM head) prefilling English text in one chunk, so every
+// product is a matrix-matrix one, against the float64 reference: the CPU's own path (on AMX
+// machines the tiles, x in int16 per 32 values) and the AMX path on the plain C++ model of
+// the tiles (src/backends/cpu/kernels/matmul/amx_tiles.inl) both within mean KL 1e-4.
+TEST(DefaultModelPrefill, StaysWithinTheKlBoundOfFloat64) {
+  const char* path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not installed (scripts/setup)";
+  auto src = open_model(path);
+  Tokenizer tok(*src->tokenizer_data());
+  const std::vector<int32_t> tokens = tok.encode(
+      "The river rises in the hills to the north of the town and flows south for about forty miles before it "
+      "reaches the sea. For most of the year it is slow and shallow, and children wade across it in the summer "
+      "to reach the woods on the far bank. In the spring the water rises quickly.");
+  ASSERT_GT(tokens.size(), static_cast<size_t>(ops::kMatmulMvMaxRows));
+  const auto want = reference_logits(*src, tokens, DType::f32);
+  const auto vocab = static_cast<size_t>(src->config().vocab_size);
+  auto backend = testing::cpu_backend(Options::defaults());
+  auto kl_of_run = [&] {
+    LlamaModel model(backend, *src, LoadOptions{.context = 128, .kv_type = DType::f32});
+    return mean_kl(want, model.evaluate(tokens), vocab);
+  };
+  const double own = kl_of_run();
+  cpu::set_amx_emulation(true);
+  const double emulated = kl_of_run();
+  cpu::set_amx_emulation(false);
+  std::printf("[kl] default model, %zu tokens in one prefill: mean KL vs float64 %.3g (ISA path %s), %.3g (AMX, emulated)\n",
+              tokens.size(), own, backend->info().isa.c_str(), emulated);
+  EXPECT_LE(own, 1e-4);
+  EXPECT_LE(emulated, 1e-4);
+}
+
+// Random q4_0, q4_1 and q8_0 models (every matrix in the format, the LM head included)
+// prefilling 40 tokens in one chunk (mm products of 40 rows: two full panels of 16 and a
+// partial one) on the AMX path, the tiles where this CPU has them, else their model: every
+// position's logits against the float64 reference within the tolerance of the int16 x of
+// LlamaVsReference (x per 32 values is within its per-256 bound), and not the bits of the
+// vector set's products (so the AMX path ran).
+TEST(AmxPrefill, RandomModelsMatchFloat64) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const bool tiles = cpu::isa_supported(cpu::Isa::amx);
+  const cpu::Isa saved = cpu::active_isa();
+  const cpu::Isa vector = cpu::vector_isa(saved);
+  LlamaConfig c = tiny();
+  c.hidden = 128;
+  c.ffn = 192;
+  c.vocab_size = 300;
+  c.head_dim = 32;
+  c.rope_dims = 32;
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto src = make_random_source(c, t, seed);
+    const auto tokens = some_tokens(40, seed, static_cast<int>(c.vocab_size));
+    const auto want = reference_logits(*src, tokens, DType::f32);
+    auto backend = testing::cpu_backend();
+    auto run = [&] {
+      LlamaModel model(backend, *src, LoadOptions{.context = 64, .kv_type = DType::f32});
+      const std::span<const float> logits = model.evaluate(tokens);
+      return std::vector<float>(logits.begin(), logits.end());
+    };
+    std::vector<float> amx;
+    if (tiles) {
+      cpu::set_active_isa(cpu::Isa::amx);
+      amx = run();
+    } else {
+      cpu::set_amx_emulation(true);
+      amx = run();
+      cpu::set_amx_emulation(false);
+    }
+    cpu::set_active_isa(vector);
+    const std::vector<float> vector_logits = run();
+    cpu::set_active_isa(saved);
+    const auto vocab = static_cast<size_t>(c.vocab_size);
+    ASSERT_EQ(amx.size(), tokens.size() * vocab);
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      expect_logits_near(std::span<const float>(amx).subspan(p * vocab, vocab), want[p], 5e-4, cat("position ", p));
+    }
+    EXPECT_NE(std::memcmp(amx.data(), vector_logits.data(), amx.size() * sizeof(float)), 0)
+        << "the AMX path gave the vector set's bits";
+    std::printf("[amx] random %s model, %zu tokens in one prefill on %s: mean KL vs float64 %.3g\n", std::string(dtype_name(t)).c_str(),
+                tokens.size(), tiles ? "the tiles" : "the model of the tiles", mean_kl(want, amx, vocab));
+  }
+}
 }  // namespace
 }  // namespace onepass::model

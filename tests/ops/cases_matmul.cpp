@@ -132,6 +132,15 @@ XRounding mv_x_rounding(const Backend& backend, DType t) {
   return testing::cpu_rounds_x_to_int16(backend, t) ? kXInt16PerGroup : kXF32;
 }
 
+// The CPU's matrix-matrix products: on Isa::amx (src/backends/cpu/kernels/matmul/
+// amx_tiles.inl) those of q4_0, q4_1 and q8_0 round x to int16 per 32 values; the integer
+// GEMM's formats round it per 256 (testing::cpu_mm_rounds_x_to_int16); the rest keep f32 x.
+XRounding mm_x_rounding(const Backend& backend, DType t) {
+  const bool amx_formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0;
+  if (backend.kind() == BackendKind::cpu && backend.info().isa == "amx" && amx_formats) return kXInt16PerBlock;
+  return testing::cpu_mm_rounds_x_to_int16(backend, t) ? kXInt16PerGroup : kXF32;
+}
+
 std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,
                                      const std::vector<double>& offsets, int64_t m, int64_t n,
                                      int64_t k, double& atol, XRounding x_rounding,
@@ -209,8 +218,7 @@ void add_case(std::vector<OpCase>& cases, DType t, int64_t m, int64_t n, int64_t
     const bool x8 = cuda && cuda_x8_product(t, m, k);
     const XRounding x_rounding = x8                             ? kXInt8PerBlock
                                  : m <= ops::kMatmulMvMaxRows ? mv_x_rounding(c.backend(), t)
-                                 : testing::cpu_mm_rounds_x_to_int16(c.backend(), t) ? kXInt16PerGroup
-                                                              : kXF32;
+                                                              : mm_x_rounding(c.backend(), t);
     double input_rounding = 0;  // u_x + u_w of the f16/bf16 tensor-core kernels
     if (cuda && !x8 && m > ops::kMatmulMvMaxRows && t != DType::f32) {
       input_rounding = (t == DType::bf16 ? 0x1p-8 : 0x1p-11) + (dtype_is_quantized(t) ? 0x1p-11 : 0.0);

@@ -27,10 +27,14 @@ struct XRounding {
 inline constexpr XRounding kXF32{};
 inline constexpr XRounding kXInt8PerBlock{32, 127};      // CUDA matrix-vector, block formats
 inline constexpr XRounding kXInt16PerGroup{256, 32767};  // CPU SIMD matrix-vector (mv_x_rounding)
+inline constexpr XRounding kXInt16PerBlock{32, 32767};   // CPU amx matrix-matrix: q4_0, q4_1, q8_0
 
 /// The rounding of x by `backend`'s matrix-vector kernels (m <= ops::kMatmulMvMaxRows) for
 /// weights of type t.
 XRounding mv_x_rounding(const Backend& backend, DType t);
+/// The rounding of x by `backend`'s matrix-matrix kernels (m > ops::kMatmulMvMaxRows) for
+/// weights of type t.
+XRounding mm_x_rounding(const Backend& backend, DType t);
 
 /// Float64 reference of x·wᵀ and its tolerance `atol` (see cases_matmul.cpp).
 std::vector<double> matmul_reference(const std::vector<double>& x, const std::vector<double>& w,

@@ -67,12 +67,13 @@ inline bool cpu_rounds_x_to_int16(const Backend& backend, DType t) {
 
 /// Whether the CPU backend's matrix-matrix products (more rows of x than the matrix-vector
 /// kernels take) with weights of type t round x as cpu_rounds_x_to_int16 says (the integer
-/// GEMM, avx512_vnni only).
+/// GEMM, avx512_vnni only; on amx the GEMM serves the formats the AMX tiles do not).
 inline bool cpu_mm_rounds_x_to_int16(const Backend& backend, DType t) {
   const bool formats =
       t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q8_0 || t == DType::q3_k ||
       t == DType::q4_k || t == DType::q5_k;
-  return backend.kind() == BackendKind::cpu && backend.info().isa == "avx512_vnni" && formats;
+  const std::string& isa = backend.info().isa;
+  return backend.kind() == BackendKind::cpu && (isa == "avx512_vnni" || isa == "amx") && formats;
 }
 
 /// A directory name for the running test under the system's temporary directory:

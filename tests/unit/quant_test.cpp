@@ -953,12 +953,11 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
     tensor.view.write(data, tensor.span_bytes());
     return tensor;
   };
-  const char* names[] = {"portable", "avx2", "avx512", "avx512_vnni"};
   for (cpu::Isa isa :
-       {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_vnni}) {
+       {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_vnni, cpu::Isa::amx}) {
     if (!cpu::isa_supported(isa)) continue;
     cpu::set_active_isa(isa);
-    SCOPED_TRACE(names[static_cast<int>(isa)]);
+    SCOPED_TRACE(cpu::isa_name(isa));
     for (DType t : kWeightTypes) {
       const int64_t k = dtype_is_quantized(t) ? 2 * dtype_block_elems(t) : 77;
       const int64_t n = 21;
@@ -982,6 +981,8 @@ TEST(CpuKernels, EveryInstructionSetMatchesFloat64) {
           for (int64_t j = 0; j < n; ++j) {
             double ref = 0;
             double tol = dot_tolerance(&x[i * k], &w[j * k], &offsets[j * k], k, ref);
+            // Isa::amx's matrix-matrix products of q4_0, q4_1 and q8_0 round x per 32 values,
+            // within the bound of the 256-value groups of the integer GEMM.
             if (m <= ops::kMatmulMvMaxRows ? int16_x : mm_int16_x) {
               tol += x_int16_rounding(&x[i * k], &w[j * k], exact_sums ? &offsets[j * k] : nullptr, k);
             }

@@ -370,12 +370,7 @@ CpuBackend::CpuBackend(const Options& options)
   info_.name = cat("cpu (", pool_.size(), " threads)");
   info_.kind = BackendKind::cpu;
   info_.threads = pool_.size();
-  switch (active_isa()) {
-    case Isa::portable: info_.isa = "portable"; break;
-    case Isa::avx2: info_.isa = "avx2"; break;
-    case Isa::avx512: info_.isa = "avx512"; break;
-    case Isa::avx512_vnni: info_.isa = "avx512_vnni"; break;
-  }
+  info_.isa = isa_name(active_isa());
   struct sysinfo si {};
   if (sysinfo(&si) == 0) info_.total_memory = static_cast<size_t>(si.totalram) * si.mem_unit;
   register_cpu_kernels(registry_);

@@ -24,7 +24,8 @@ void register_matmul_id_kernels(KernelRegistry& registry);    // expert-routed m
 void register_embedding_kernels(KernelRegistry& registry);    // embedding gather
 
 /// True for the kernels whose every call first prepares all of its input for the blocks
-/// it runs (the matrix-vector products round x, or normalise it for a fused norm): a
+/// it runs (the matrix-vector products round x, or normalise it for a fused norm; the AMX
+/// matrix-matrix products pack x into tiles): a
 /// dispatch of such a kernel is cut into one even run of blocks per thread, so that work
 /// is done once per thread rather than once per task.
 bool prepares_input_per_call(CpuKernelFn fn);

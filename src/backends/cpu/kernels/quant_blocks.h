@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "onepass/core/dtype.h"
 
@@ -20,14 +21,25 @@ enum class Isa : uint8_t {
   avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
                 // (with VBMI too, the one-row products of q4_0, q4_1, q5_0 and q5_1 with
                 // vpdpbusd; q2_k's and q3_k's one-row products with vpdpbusd)
+  amx,          // avx512_vnni plus AMX-TILE and AMX-INT8, with the OS's tile data permission:
+                // the matrix-matrix products of q4_0, q4_1 and q8_0 on tiles (amx_tiles.inl);
+                // every other kernel is avx512_vnni's
 };
+
+/// The set whose vector kernels `isa` runs: avx512_vnni for Isa::amx, else `isa`.
+constexpr Isa vector_isa(Isa isa) { return isa == Isa::amx ? Isa::avx512_vnni : isa; }
+/// "portable", "avx2", "avx512", "avx512_vnni" or "amx".
+const char* isa_name(Isa isa);
+/// `best` capped by the name of a set (ONEPASS_CPU_ISA's value): the narrower of the two.
+/// Throws Error for a name isa_name does not give.
+Isa capped_isa(Isa best, std::string_view name);
 
 /// The widest Isa this CPU supports (checked once).
 Isa best_isa();
 /// Whether `isa` can run on this CPU.
 bool isa_supported(Isa isa);
 /// The Isa the kernels use: best_isa(), capped by the environment variable
-/// ONEPASS_CPU_ISA=portable|avx2|avx512 (read once; for benchmarking and testing the
+/// ONEPASS_CPU_ISA=portable|avx2|avx512|avx512_vnni|amx (read once; for benchmarking and testing the
 /// narrower paths), or whatever set_active_isa() chose last.
 Isa active_isa();
 /// Makes the kernels use `isa` from their next dispatch on (tests run every path this

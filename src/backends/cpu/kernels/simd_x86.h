@@ -1,7 +1,8 @@
 // x86 SIMD regions of the CPU kernels. Functions between ONEPASS_AVX2_BEGIN and
 // ONEPASS_AVX2_END are compiled for AVX2 + FMA + F16C, those between ONEPASS_AVX512_BEGIN
 // and ONEPASS_AVX512_END for AVX-512F on top, those between ONEPASS_AVX512_VNNI_BEGIN and
-// ONEPASS_AVX512_VNNI_END for AVX-512 BW, VL, VNNI and GFNI on top of that; each must only be called after
+// ONEPASS_AVX512_VNNI_END for AVX-512 BW, VL, VNNI and GFNI on top of that (ONEPASS_AMX_BEGIN / END: and
+// the AMX tiles with 8-bit products); each must only be called after
 // isa_supported() (quant_blocks.h) has found those extensions. The rest of the library
 // stays on the baseline ISA, so it runs on any x86-64 CPU.
 #pragma once
@@ -28,6 +29,8 @@
 #define ONEPASS_AVX512_VNNI_END _Pragma("clang attribute pop")
 #define ONEPASS_AVX512_VNNI_VBMI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c\"))), apply_to = function)")
 #define ONEPASS_AVX512_VNNI_VBMI_END _Pragma("clang attribute pop")
+#define ONEPASS_AMX_BEGIN _Pragma("clang attribute push(__attribute__((target(\"amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,gfni,avx2,fma,f16c\"))), apply_to = function)")
+#define ONEPASS_AMX_END _Pragma("clang attribute pop")
 // clang-format on
 #else
 #define ONEPASS_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
@@ -44,6 +47,11 @@
   _Pragma("GCC push_options")          \
       _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c\")")
 #define ONEPASS_AVX512_VNNI_VBMI_END _Pragma("GCC pop_options")
+// avx512_vnni plus the AMX tiles with 8-bit integer products (Isa::amx).
+#define ONEPASS_AMX_BEGIN     \
+  _Pragma("GCC push_options") \
+      _Pragma("GCC target(\"amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,gfni,avx2,fma,f16c\")")
+#define ONEPASS_AMX_END _Pragma("GCC pop_options")
 #endif
 #else
 #define ONEPASS_CPU_X86 0

@@ -616,6 +616,7 @@ namespace onepass::cpu {
 
 XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
                      Isa isa) {
+  isa = vector_isa(isa);
   check(k % 32 == 0, "cpu", "16-bit x needs rows of whole 32-value blocks, got k = ", k);
   check(order == XInt16Order::values || (k % 64 == 0 && isa == Isa::avx512_vnni), "cpu",
         "16-bit x in even / odd order is an avx512_vnni layout of rows of whole 64-value runs, got k = ", k);

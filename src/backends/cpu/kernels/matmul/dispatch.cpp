@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "../simd_x86.h"
+#include "amx_tiles.h"
 #include "onepass/core/error.h"
 #include "onepass/core/half.h"
 #include "rows.h"
@@ -35,36 +36,47 @@ bool isa_supported(Isa isa) {
   static const bool avx512_vnni =
       avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("gfni");
+  static const bool amx = avx512_vnni && amx_allowed(amx_support());
   return isa == Isa::portable || (isa == Isa::avx2 && avx2) || (isa == Isa::avx512 && avx512) ||
-         (isa == Isa::avx512_vnni && avx512_vnni);
+         (isa == Isa::avx512_vnni && avx512_vnni) || (isa == Isa::amx && amx);
 #else
   return isa == Isa::portable;
 #endif
 }
 
 Isa best_isa() {
-  static const Isa isa = isa_supported(Isa::avx512_vnni) ? Isa::avx512_vnni
+  static const Isa isa = isa_supported(Isa::amx)           ? Isa::amx
+                         : isa_supported(Isa::avx512_vnni) ? Isa::avx512_vnni
                          : isa_supported(Isa::avx512)    ? Isa::avx512
                          : isa_supported(Isa::avx2)      ? Isa::avx2
                                                          : Isa::portable;
   return isa;
 }
 
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::portable: return "portable";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::avx512_vnni: return "avx512_vnni";
+    case Isa::amx: return "amx";
+  }
+  return "unknown";
+}
+
+Isa capped_isa(Isa best, std::string_view name) {
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_vnni, Isa::amx}) {
+    if (name == isa_name(isa)) return std::min(best, isa);
+  }
+  check(false, "cpu", "ONEPASS_CPU_ISA must be portable, avx2, avx512, avx512_vnni or amx, got '", name, "'");
+  return best;
+}
+
 namespace {
 
 Isa initial_isa() {
-  Isa isa = best_isa();
-  if (const char* cap = std::getenv("ONEPASS_CPU_ISA")) {
-    const std::string_view v(cap);
-    const Isa wanted = v == "portable" ? Isa::portable
-                       : v == "avx2"   ? Isa::avx2
-                       : v == "avx512" ? Isa::avx512
-                                       : Isa::avx512_vnni;
-    check(v == "portable" || v == "avx2" || v == "avx512" || v == "avx512_vnni", "cpu",
-          "ONEPASS_CPU_ISA must be portable, avx2, avx512 or avx512_vnni, got '", v, "'");
-    isa = std::min(isa, wanted);
-  }
-  return isa;
+  const char* cap = std::getenv("ONEPASS_CPU_ISA");
+  return cap != nullptr ? capped_isa(best_isa(), cap) : best_isa();
 }
 
 std::atomic<Isa>& isa_in_use() {
@@ -74,8 +86,8 @@ std::atomic<Isa>& isa_in_use() {
 
 using KernelTable = std::array<RowKernels, kDTypeCount>;
 
-// The row kernels of every matmul weight type for `isa`: the families' SIMD kernels where
-// they have them, the portable ones elsewhere.
+// The row kernels of every matmul weight type for `isa` (a vector set, never Isa::amx):
+// the families' SIMD kernels where they have them, the portable ones elsewhere.
 KernelTable make_table(Isa isa) {
   KernelTable table{};
   for (DType w : kMatmulWeightTypes) {
@@ -132,7 +144,7 @@ const RowKernels& row_kernels(DType weight_type, Isa isa) {
   static const KernelTable tables[] = {make_table(Isa::portable), make_table(Isa::avx2),
                                        make_table(Isa::avx512), make_table(Isa::avx512_vnni)};
   check(isa_supported(isa), "cpu", "row kernels for an instruction set this CPU lacks");
-  const RowKernels& k = tables[static_cast<size_t>(isa)][static_cast<size_t>(weight_type)];
+  const RowKernels& k = tables[static_cast<size_t>(vector_isa(isa))][static_cast<size_t>(weight_type)];
   check(k.dot != nullptr, "cpu", "no matmul row kernels for weight type ", dtype_name(weight_type));
   return k;
 }

@@ -1,11 +1,13 @@
 // mm_<W>_f32 on the CPU: each block decodes its kCpuMmRowsPerBlock weight rows once and
-// multiplies them with its kCpuMmColsPerBlock rows of x. Where the weight type has a 16-bit
-// integer decoder (RowKernels::decode_int16) that is the integer GEMM (gemm_int16.cpp) on x
-// rounded as the matrix-vector kernels round it; elsewhere rows decoded to f32 (f32 rows
-// used in place) and gemm_rows_f32.
+// multiplies them with its kCpuMmColsPerBlock rows of x. On Isa::amx, q4_0, q4_1 and q8_0
+// take the blocks on the tiles (amx_tiles.inl: x rounded to 16-bit integers per 32 values).
+// Elsewhere, where the weight type has a 16-bit integer decoder (RowKernels::decode_int16),
+// that is the integer GEMM (gemm_int16.cpp) on x rounded as the matrix-vector kernels round
+// it; otherwise rows decoded to f32 (f32 rows used in place) and gemm_rows_f32.
 #include <algorithm>
 
 #include "../../cpu_launch.h"
+#include "amx_tiles.h"
 #include "onepass/ops/matmul.h"
 #include "rows.h"
 
@@ -43,7 +45,13 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
 template <DType W>
 void mm(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t end) {
   const auto& a = *static_cast<const ops::MatmulArgs*>(raw);
-  const Isa isa = active_isa();
+  if (amx_mm_type(W)) {
+    // The tests' model of the tiles first, so that it runs on AMX machines too.
+    if (amx_emulation()) return amx_mm_blocks_emulated(W, a, dims.grid.x, first, end);
+    if (active_isa() == Isa::amx) return amx_mm_blocks(W, a, dims.grid.x, first, end);
+  }
+  // Every other product runs the vector kernels (avx512_vnni's for Isa::amx).
+  const Isa isa = vector_isa(active_isa());
   const RowKernels& kernels = row_kernels(W, isa);
   const DecodeRowFn decode = kernels.decode;
   const auto* w = static_cast<const uint8_t*>(a.w);
@@ -77,6 +85,10 @@ void mm(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t end) {
 }
 
 }  // namespace
+
+bool mm_packs_x_per_call(DType w) {
+  return amx_mm_type(w) && (active_isa() == Isa::amx || amx_emulation());
+}
 
 CpuKernelFn mm_kernel(DType w) {
   CpuKernelFn fn = nullptr;

@@ -156,5 +156,8 @@ void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, i
 CpuKernelFn mv_kernel(DType w);
 CpuKernelFn mm_kernel(DType w);
 CpuKernelFn mv_fused_kernel(DType w);
+/// Whether mm_<w>_f32 prepares x in each call (the AMX path packs its rows of x once per
+/// call for all the blocks of the call that share them).
+bool mm_packs_x_per_call(DType w);
 
 }  // namespace onepass::cpu
