@@ -428,7 +428,8 @@ TEST(BatchedStep, GpuMatchesEachSequenceDecodedAloneOnTheCpu) {
 }
 
 // A batched step holds a row per sequence, whatever the context: 12 sequences of a context
-// of 8 positions decode together (one step of 12 rows), each as it decodes alone.
+// of 8 positions prefill and decode together (steps of 12 rows, one token of each), each as
+// it decodes alone.
 TEST(BatchedStep, MoreSequencesThanContextPositions) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -446,8 +447,10 @@ TEST(BatchedStep, MoreSequencesThanContextPositions) {
   EXPECT_EQ(model.max_step_rows(), 12);
   std::vector<std::vector<std::vector<float>>> want;
   for (const Script& s : scripts) want.push_back(alone(model, s));
-  const std::vector<Running> runs = batched(model, scripts, 3);
-  for (size_t i = 0; i < runs.size(); ++i) expect_same(want[i], runs[i], 1e-5, cat("sequence ", i));
+  const std::vector<Running> runs = batched(model, scripts, 1);
+  // Steps of 12 rows take the matrix-matrix products, which sum K in another order than a
+  // sequence's one-row steps: 1e-4 of the largest logit.
+  for (size_t i = 0; i < runs.size(); ++i) expect_same(want[i], runs[i], 1e-4, cat("sequence ", i));
 }
 
 TEST(BatchedStep, PoolFullIsAnErrorThatChangesNothing) {

@@ -226,6 +226,8 @@ void scale_block(const int32_t* high, const int32_t* low, const float* scale, co
     std::memcpy(&l, low + r * kTileColumns, sizeof(l));
     std::memcpy(&row, acc + r * kTileColumns, sizeof(row));
     const Floats total = __builtin_convertvector(h * 256 + l, Floats);
+    // Separate roundings (both files that include this one compile with -ffp-contract=off):
+    // the tile path (AVX-512 target) and the model of the tiles (baseline target) round alike.
     row += total * (scale[r] * dv);
     if constexpr (kOffset) row += sum[r] * mv;
     std::memcpy(acc + r * kTileColumns, &row, sizeof(row));
