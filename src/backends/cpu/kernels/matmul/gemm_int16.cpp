@@ -290,6 +290,7 @@ void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, i
   (void)m;
   (void)out;
   (void)out_stride;
+  (void)half_sums;
   check(false, "cpu", "the int16 GEMM is an avx512_vnni path");
 #endif
 }
