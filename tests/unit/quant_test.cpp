@@ -768,17 +768,25 @@ TEST(CpuRowKernels, Int16WeightRowsMatchFloat64) {
 // dequantized rows; packed tiles of 16 and of 5 rows (the rest zero, outputs past them left
 // alone) and 19 rows of x (two 8-row passes and a 3-row one), each element within the
 // 16-bit x tolerance of float64 and the same bits whatever the tile's rows, the row's place
-// in it, and the rows of x beside it.
+// in it, and the rows of x beside it. q2_k and q6_k decode to half blocks (scales per 16
+// values); q2_k's mins go through x's integers, so its whole weight counts in the tolerance.
 TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
   if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
   constexpr cpu::Isa kIsa = cpu::Isa::avx512_vnni;
-  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q8_0, DType::q3_k, DType::q4_k, DType::q5_k}) {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q8_0, DType::q2_k, DType::q3_k, DType::q4_k,
+                  DType::q5_k, DType::q6_k}) {
     SCOPED_TRACE(dtype_name(t));
     const cpu::RowKernels& kernels = cpu::row_kernels(t, kIsa);
     ASSERT_NE(kernels.decode_int16, nullptr);
+    const bool halves = kernels.decode_int16_half_blocks;
+    ASSERT_EQ(halves, t == DType::q2_k || t == DType::q6_k);
+    const int64_t scale_values = halves ? 16 : 32;
+    // Offsets with x's integer sums (q2_k), or none: the tile's offsets see rounded x.
+    const bool half_offsets = halves && t == DType::q2_k;
+    const bool tile_offsets = kernels.int16_block_sums || half_offsets;
     // Groups of 256 values, the last one partial for the 32-value formats.
     const int64_t k = dtype_block_elems(t) == 256 ? 768 : 608;
     constexpr int64_t kRows = 16, kXRows = 19, kOutStride = 21;
@@ -793,14 +801,15 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
     }
     // The decoder: scales · values + offsets within an ulp of its terms of the weights.
     std::vector<int16_t> values(static_cast<size_t>(k));
-    std::vector<float> scales(static_cast<size_t>(k / 32)), block_offsets_out(scales.size());
+    std::vector<float> scales(static_cast<size_t>(k / scale_values)), block_offsets_out(scales.size());
     for (int64_t r = 0; r < kRows; ++r) {
       kernels.decode_int16(spaced.data() + r * w_row_bytes, k, values.data(), scales.data(),
                            block_offsets_out.data());
       for (int64_t j = 0; j < k; ++j) {
         const size_t at = static_cast<size_t>(r * k + j);
-        ASSERT_LT(std::abs(values[j]), 2048) << "row " << r << " value " << j;
-        const double decoded = static_cast<double>(scales[j / 32]) * values[j] + block_offsets_out[j / 32];
+        ASSERT_LE(std::abs(values[j]), halves ? 32 : 2047) << "row " << r << " value " << j;
+        const int64_t unit = j / scale_values;
+        const double decoded = static_cast<double>(scales[unit]) * values[j] + block_offsets_out[unit];
         ASSERT_NEAR(decoded, w[at], (std::fabs(w[at]) + 2 * std::fabs(offsets[at])) * 0x1p-23)
             << "row " << r << " value " << j;
       }
@@ -816,11 +825,12 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
     for (const Shape shape : {Shape{0, 16}, Shape{0, 5}, Shape{3, 13}}) {
       const cpu::XInt16 xi = cpu::round_x_int16(x.data(), x_stride, kXRows, k, kernels.int16_block_sums,
                                                 cpu::XInt16Order::values, kIsa);
+      const float* half_sums = half_offsets ? cpu::int16_half_block_sums(xi, kXRows) : nullptr;
       const cpu::Int16Tile tile =
           cpu::pack_int16_tile(kernels.decode_int16, spaced.data() + shape.first * w_row_bytes, w_row_bytes,
-                               shape.n, k, chunk_bytes, kernels.int16_block_sums);
+                               shape.n, k, chunk_bytes, tile_offsets, halves);
       std::vector<float> out(static_cast<size_t>(kXRows * kOutStride), -1.0f);
-      cpu::gemm_int16(tile, xi, kXRows, out.data(), kOutStride);
+      cpu::gemm_int16(tile, xi, kXRows, out.data(), kOutStride, half_sums);
       for (int64_t i = 0; i < kXRows; ++i) {
         for (int64_t r = 0; r < kOutStride; ++r) {
           const float got = out[static_cast<size_t>(i * kOutStride + r)];
@@ -830,8 +840,9 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
           }
           const int64_t wr = shape.first + r;
           double ref = 0;
-          const double atol = dot_tolerance(&x[i * x_stride], &w[wr * k], &offsets[wr * k], k, ref) +
-                              x_int16_rounding(&x[i * x_stride], &w[wr * k], &offsets[wr * k], k);
+          const double atol =
+              dot_tolerance(&x[i * x_stride], &w[wr * k], &offsets[wr * k], k, ref) +
+              x_int16_rounding(&x[i * x_stride], &w[wr * k], half_offsets ? nullptr : &offsets[wr * k], k);
           ASSERT_NEAR(got, ref, atol) << "tile from row " << shape.first << " of " << shape.n << ", x row " << i
                                       << ", weight row " << wr;
           if (!outs.empty()) {
@@ -846,10 +857,11 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
     for (int64_t i = 0; i < kXRows; i += 6) {
       const cpu::XInt16 xi = cpu::round_x_int16(&x[i * x_stride], x_stride, 1, k, kernels.int16_block_sums,
                                                 cpu::XInt16Order::values, kIsa);
+      const float* half_sums = half_offsets ? cpu::int16_half_block_sums(xi, 1) : nullptr;
       const cpu::Int16Tile tile = cpu::pack_int16_tile(kernels.decode_int16, spaced.data(), w_row_bytes, kRows, k,
-                                                       chunk_bytes, kernels.int16_block_sums);
+                                                       chunk_bytes, tile_offsets, halves);
       std::vector<float> out(kRows, -1.0f);
-      cpu::gemm_int16(tile, xi, 1, out.data(), kRows);
+      cpu::gemm_int16(tile, xi, 1, out.data(), kRows, half_sums);
       for (int64_t r = 0; r < kRows; ++r) {
         ASSERT_EQ(out[r], outs[0][static_cast<size_t>(i * kOutStride + r)]) << "x row " << i << " alone, weight row " << r;
       }

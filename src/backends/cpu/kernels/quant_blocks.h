@@ -141,16 +141,21 @@ using DotWeightRowsGroupBytesFn = void (*)(const void* w_rows, int64_t w_row_byt
 
 /// The weight row of k values (k a multiple of 32; of the format's block) as 16-bit
 /// integers with an f32 scale and offset per 32 values: w[j] = scales[j / 32] · values[j] +
-/// offsets[j / 32], every |values[j]| below 2048.
+/// offsets[j / 32], every |values[j]| below 2048. Where RowKernels::decode_int16_half_blocks
+/// is set, the scales and offsets are per 16 values (scales[j / 16], offsets[j / 16]) and
+/// every |values[j]| is at most 32.
 using DecodeRowInt16Fn = void (*)(const void* w_row, int64_t k, int16_t* values, float* scales, float* offsets);
 
 struct RowKernels {
   DotRowsFn dot = nullptr;
   DecodeRowFn decode = nullptr;
   // Set where the matrix-matrix products decode weight tiles to 16-bit integers for the
-  // integer GEMM (q4_0, q4_1, q5_0, q8_0, q3_k, q4_k and q5_k on avx512_vnni); x then is rounded as
-  // dot_int16 takes it, with block sums when int16_block_sums is set.
+  // integer GEMM (q4_0, q4_1, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k and q6_k on avx512_vnni); x
+  // then is rounded as dot_int16 takes it (in value order), with block sums when
+  // int16_block_sums is set.
   DecodeRowInt16Fn decode_int16 = nullptr;
+  // decode_int16 gives scales and offsets per 16 values (q2_k, q6_k).
+  bool decode_int16_half_blocks = false;
   // Set where integer x is faster (every block format on every SIMD set): the matrix-vector
   // kernels then use it in place of `dot`; x needs block sums when int16_block_sums is set.
   DotRowsInt16Fn dot_int16 = nullptr;

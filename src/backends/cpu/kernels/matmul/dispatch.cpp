@@ -116,6 +116,10 @@ KernelTable make_table(Isa isa) {
       kernels.decode_int16 = block32_int16_decode(w, isa);
       if (kernels.decode_int16 == nullptr) kernels.decode_int16 = kquant_int16_decode(w, isa);
       if (kernels.decode_int16 == nullptr) kernels.decode_int16 = kquant_low_int16_decode(w, isa);
+      if (kernels.decode_int16 == nullptr) {
+        kernels.decode_int16 = kquant16_decode_int16(w, isa);
+        kernels.decode_int16_half_blocks = kernels.decode_int16 != nullptr;
+      }
       kernels.dot_weight_rows_bytes = q4_split_x_dot_weight_rows(w, isa);
       kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && (w == DType::q4_1 || w == DType::q5_1);
       kernels.dot_weight_rows_group_bytes = kquant_low_split_x_dot_weight_rows(w, isa);

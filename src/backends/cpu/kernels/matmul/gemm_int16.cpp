@@ -15,11 +15,19 @@
 // No lane overflows: |x| <= 32768 and the decoders' |w| < 2048 (q4_0 8, q4_1 15, q5_0 16, q8_0 128,
 // q4_k 63 · 15 = 945, q5_k 63 · 31 = 1953), so 32 · 2047 · 32768 < 2^31.
 //
+// The k-quants with a scale per 16 values (q2_k, q6_k) are packed as half blocks: the bare
+// quants (q6_k's q - 32, |.| <= 32; q2_k's q <= 3) with a scale and offset per 16 values. Each
+// half's 8 pairs go into their own integer sum (16 products, |sum| <= 16 · 32 · 32768 =
+// 2^24), scaled by the half's scale; q2_k's mins are the offsets times the sums of x's 16
+// integers (int16_half_block_sums), added to the group's f32 sum before its scale, so they
+// see x rounded exactly as the values do.
+//
 // Each output lane is computed the same way whatever the number of weight rows (the packed
 // tile has zero rows past them), the place of the row in the tile, or MR: results do not
 // depend on the tile shapes or on how the work is split between threads.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "onepass/core/error.h"
 #include "rows.h"
@@ -85,11 +93,19 @@ inline __m512i broadcast_pair(const int16_t* x) {
   return _mm512_set1_epi32(pair);
 }
 
+// How a tile's scales and offsets run: per 32-value block, with or without offsets (x's
+// f32 block sums), or per 16 values, with or without offsets (x's integer half-block sums).
+enum class Layout { blocks, blocks_offsets, halves, halves_offsets };
+
 // MR rows of x with the 16 rows of the tile. With fewer than 4 rows of x each row's integer
 // sum runs in two chains (even and odd pairs; exact, so the same sum), which keeps the
 // vpdpwssd latency hidden.
-template <int MR, bool kOffsets>
-void tile_rows(const Int16Tile& tile, const XInt16& x, float* out, int64_t out_stride, __mmask16 mask) {
+template <int MR, Layout kLayout>
+void tile_rows(const Int16Tile& tile, const XInt16& x, const float* half_sums, float* out, int64_t out_stride,
+               __mmask16 mask) {
+  constexpr bool kHalves = kLayout == Layout::halves || kLayout == Layout::halves_offsets;
+  constexpr int kUnits = kHalves ? 2 : 1;  // scales per 32-value block
+  constexpr int kPairs = 16 / kUnits;      // pairs per scale
   constexpr int kChains = MR < 4 ? 2 : 1;
   const int64_t blocks = tile.k / 32;
   constexpr int64_t kGroupBlocks = kXInt16Group / 32;
@@ -100,25 +116,34 @@ void tile_rows(const Int16Tile& tile, const XInt16& x, float* out, int64_t out_s
     __m512 part[MR];
     for (int i = 0; i < MR; ++i) part[i] = _mm512_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
-      const int32_t* wp = tile.pairs + b * 16 * kInt16TileRows;
-      __m512i sum[MR][kChains];
-      for (int i = 0; i < MR; ++i) {
-        for (int c = 0; c < kChains; ++c) sum[i][c] = _mm512_setzero_si512();
-      }
-      for (int p = 0; p < 16; ++p) {
-        const __m512i w = _mm512_load_si512(wp + p * kInt16TileRows);
+      for (int u = 0; u < kUnits; ++u) {
+        const int32_t* wp = tile.pairs + (b * 16 + u * kPairs) * kInt16TileRows;
+        const int16_t* xu = x.q + 32 * b + 2 * kPairs * u;
+        __m512i sum[MR][kChains];
         for (int i = 0; i < MR; ++i) {
-          const __m512i xp = broadcast_pair(x.q + i * x.k + 32 * b + 2 * p);
-          sum[i][p % kChains] = _mm512_dpwssd_epi32(sum[i][p % kChains], w, xp);
+          for (int c = 0; c < kChains; ++c) sum[i][c] = _mm512_setzero_si512();
+        }
+        for (int p = 0; p < kPairs; ++p) {
+          const __m512i w = _mm512_load_si512(wp + p * kInt16TileRows);
+          for (int i = 0; i < MR; ++i) {
+            const __m512i xp = broadcast_pair(xu + i * x.k + 2 * p);
+            sum[i][p % kChains] = _mm512_dpwssd_epi32(sum[i][p % kChains], w, xp);
+          }
+        }
+        const __m512 scale = _mm512_load_ps(tile.scales + (b * kUnits + u) * kInt16TileRows);
+        for (int i = 0; i < MR; ++i) {
+          __m512i total = sum[i][0];
+          if constexpr (kChains == 2) total = _mm512_add_epi32(total, sum[i][1]);
+          part[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), scale, part[i]);
+        }
+        if constexpr (kLayout == Layout::halves_offsets) {
+          const __m512 offset = _mm512_load_ps(tile.offsets + (b * kUnits + u) * kInt16TileRows);
+          for (int i = 0; i < MR; ++i) {
+            part[i] = _mm512_fmadd_ps(offset, _mm512_set1_ps(half_sums[i * 2 * blocks + 2 * b + u]), part[i]);
+          }
         }
       }
-      const __m512 scale = _mm512_load_ps(tile.scales + b * kInt16TileRows);
-      for (int i = 0; i < MR; ++i) {
-        __m512i total = sum[i][0];
-        if constexpr (kChains == 2) total = _mm512_add_epi32(total, sum[i][1]);
-        part[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), scale, part[i]);
-      }
-      if constexpr (kOffsets) {
+      if constexpr (kLayout == Layout::blocks_offsets) {
         const __m512 offset = _mm512_load_ps(tile.offsets + b * kInt16TileRows);
         for (int i = 0; i < MR; ++i) {
           acc[i] = _mm512_fmadd_ps(offset, _mm512_set1_ps(x.block_sum[i * blocks + b]), acc[i]);
@@ -130,28 +155,45 @@ void tile_rows(const Int16Tile& tile, const XInt16& x, float* out, int64_t out_s
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(out + i * out_stride, mask, acc[i]);
 }
 
-template <bool kOffsets, int MR>
-void tile_rows_take(int64_t take, const Int16Tile& tile, const XInt16& x, float* out, int64_t out_stride,
-                    __mmask16 mask) {
+template <Layout kLayout, int MR>
+void tile_rows_take(int64_t take, const Int16Tile& tile, const XInt16& x, const float* half_sums, float* out,
+                    int64_t out_stride, __mmask16 mask) {
   if constexpr (MR > 1) {
-    if (take < MR) return tile_rows_take<kOffsets, MR - 1>(take, tile, x, out, out_stride, mask);
+    if (take < MR) return tile_rows_take<kLayout, MR - 1>(take, tile, x, half_sums, out, out_stride, mask);
   }
-  tile_rows<MR, kOffsets>(tile, x, out, out_stride, mask);
+  tile_rows<MR, kLayout>(tile, x, half_sums, out, out_stride, mask);
 }
 
-template <bool kOffsets>
-void gemm(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
+template <Layout kLayout>
+void gemm(const Int16Tile& tile, const XInt16& x, const float* half_sums, int64_t m, float* out,
+          int64_t out_stride) {
   constexpr int64_t kMr = 8;  // 8 integer sums + 8 group sums + 8 outputs: 24 of the 32 registers
   const auto mask = static_cast<__mmask16>((1u << tile.rows) - 1);
   XInt16 rows = x;
   while (m > 0) {
     const int64_t take = std::min(m, kMr);
-    tile_rows_take<kOffsets, kMr>(take, tile, rows, out, out_stride, mask);
+    tile_rows_take<kLayout, kMr>(take, tile, rows, half_sums, out, out_stride, mask);
     m -= take;
     rows.q += take * x.k;
     rows.group_scale += take * x.groups;
     if (rows.block_sum != nullptr) rows.block_sum += take * (x.k / 32);
+    if (half_sums != nullptr) half_sums += take * (x.k / 16);
     out += take * out_stride;
+  }
+}
+
+// Sums of 16 consecutive words of each row of x (k a multiple of 32): per 32 values one
+// vector of words added pairwise into dwords, then each half's 8 dwords.
+void half_block_sums(const XInt16& x, int64_t m, float* sums) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  for (int64_t i = 0; i < m; ++i) {
+    const int16_t* row = x.q + i * x.k;
+    float* dst = sums + i * (x.k / 16);
+    for (int64_t b = 0; b < x.k / 32; ++b) {
+      const __m512i pairs = _mm512_madd_epi16(_mm512_loadu_si512(row + 32 * b), ones);  // 16 dwords
+      dst[2 * b] = static_cast<float>(_mm512_mask_reduce_add_epi32(0x00FF, pairs));
+      dst[2 * b + 1] = static_cast<float>(_mm512_mask_reduce_add_epi32(0xFF00, pairs));
+    }
   }
 }
 
@@ -163,20 +205,23 @@ ONEPASS_AVX512_VNNI_END
 namespace onepass::cpu {
 
 Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_row_bytes, int64_t n, int64_t k,
-                          int64_t chunk_bytes, bool offsets) {
+                          int64_t chunk_bytes, bool offsets, bool half_blocks) {
   check(n >= 1 && n <= kInt16TileRows && k % 32 == 0, "cpu", "an int16 weight tile takes 1 to ", kInt16TileRows,
         " rows of whole 32-value blocks, got ", n, " rows of ", k);
   const int64_t blocks = k / 32;
+  const int64_t units = half_blocks ? 2 : 1;  // scales per 32-value block
+  const int64_t chunk_units = units * (kPackChunk / 32);
   // Scratch (64-byte aligned, in 4-byte units): the packed pairs, the scales and offsets per
-  // block, then the decoded chunk of 16 rows with its scales and offsets.
+  // block (per half block), then the decoded chunk of 16 rows with its scales and offsets.
   const int64_t pair_words = blocks * 16 * kInt16TileRows;
-  const int64_t block_words = blocks * kInt16TileRows;
+  const int64_t block_words = units * blocks * kInt16TileRows;
   const int64_t chunk_words = kInt16TileRows * kPackChunk / 2;
-  const int64_t chunk_block_words = kInt16TileRows * (kPackChunk / 32);
+  const int64_t chunk_block_words = kInt16TileRows * chunk_units;
   float* base = thread_scratch(pair_words + 2 * block_words + chunk_words + 2 * chunk_block_words);
   Int16Tile tile;
   tile.k = k;
   tile.rows = n;
+  tile.half_blocks = half_blocks;
   auto* pairs = reinterpret_cast<int32_t*>(base);
   float* scales = base + pair_words;
   float* block_offsets = scales + block_words;
@@ -193,14 +238,14 @@ Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_r
   for (int64_t c0 = 0, c = 0; c0 < k; c0 += kPackChunk, ++c) {
     const int64_t values = std::min(kPackChunk, k - c0);
     for (int64_t r = 0; r < n; ++r) {
-      decode(w + r * w_row_bytes + c * chunk_bytes, values, chunk + r * kPackChunk, chunk_scales + r * (kPackChunk / 32),
-             chunk_offsets + r * (kPackChunk / 32));
+      decode(w + r * w_row_bytes + c * chunk_bytes, values, chunk + r * kPackChunk, chunk_scales + r * chunk_units,
+             chunk_offsets + r * chunk_units);
     }
     avx512_vnni::pack_chunk(chunk, values, c0 / 32, pairs);
-    for (int64_t j = 0; j < values / 32; ++j) {
+    for (int64_t j = 0; j < units * values / 32; ++j) {
       for (int64_t r = 0; r < kInt16TileRows; ++r) {
-        scales[(c0 / 32 + j) * kInt16TileRows + r] = chunk_scales[r * (kPackChunk / 32) + j];
-        block_offsets[(c0 / 32 + j) * kInt16TileRows + r] = chunk_offsets[r * (kPackChunk / 32) + j];
+        scales[(units * c0 / 32 + j) * kInt16TileRows + r] = chunk_scales[r * chunk_units + j];
+        block_offsets[(units * c0 / 32 + j) * kInt16TileRows + r] = chunk_offsets[r * chunk_units + j];
       }
     }
   }
@@ -217,16 +262,35 @@ Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_r
   return tile;
 }
 
-void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  check(x.k == tile.k && (tile.offsets == nullptr || x.block_sum != nullptr), "cpu",
-        "int16 GEMM: x of ", x.k, " values for a tile of ", tile.k, ", with block sums where the tile has offsets");
+const float* int16_half_block_sums(const XInt16& x, int64_t m) {
+  thread_local std::vector<float> sums;
+  sums.resize(static_cast<size_t>(m * (x.k / 16)));
 #if ONEPASS_CPU_X86
-  if (tile.offsets != nullptr) return avx512_vnni::gemm<true>(tile, x, m, out, out_stride);
-  return avx512_vnni::gemm<false>(tile, x, m, out, out_stride);
+  avx512_vnni::half_block_sums(x, m, sums.data());
+#else
+  check(false, "cpu", "the int16 GEMM is an avx512_vnni path");
+#endif
+  return sums.data();
+}
+
+void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride,
+                const float* half_sums) {
+  const bool needs_block_sums = tile.offsets != nullptr && !tile.half_blocks;
+  const bool needs_half_sums = tile.offsets != nullptr && tile.half_blocks;
+  check(x.k == tile.k && (!needs_block_sums || x.block_sum != nullptr) && (!needs_half_sums || half_sums != nullptr),
+        "cpu", "int16 GEMM: x of ", x.k, " values for a tile of ", tile.k,
+        ", with block sums where the tile has offsets per 32 values, half-block sums where per 16");
+#if ONEPASS_CPU_X86
+  using avx512_vnni::Layout;
+  if (needs_half_sums) return avx512_vnni::gemm<Layout::halves_offsets>(tile, x, half_sums, m, out, out_stride);
+  if (tile.half_blocks) return avx512_vnni::gemm<Layout::halves>(tile, x, nullptr, m, out, out_stride);
+  if (needs_block_sums) return avx512_vnni::gemm<Layout::blocks_offsets>(tile, x, nullptr, m, out, out_stride);
+  return avx512_vnni::gemm<Layout::blocks>(tile, x, nullptr, m, out, out_stride);
 #else
   (void)m;
   (void)out;
   (void)out_stride;
+  (void)half_sums;
   check(false, "cpu", "the int16 GEMM is an avx512_vnni path");
 #endif
 }

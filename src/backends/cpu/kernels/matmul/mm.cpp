@@ -25,6 +25,9 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
   const auto* w = static_cast<const uint8_t*>(a.w);
   int64_t rounded_m0 = -1;
   XInt16 x;
+  // q2_k's mins: offsets per 16 values times the sums of x's integers.
+  const bool half_block_offsets = kernels.decode_int16_half_blocks && W == DType::q2_k;
+  const float* half_sums = nullptr;
   for (uint64_t b = first; b < end; ++b) {
     const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMmRowsPerBlock;
     const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * kCpuMmColsPerBlock;
@@ -34,11 +37,13 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
     if (m0 != rounded_m0) {
       x = round_x_int16(a.x + m0 * a.x_stride, a.x_stride, m_count, a.k, kernels.int16_block_sums,
                         XInt16Order::values, isa);
+      if (half_block_offsets) half_sums = int16_half_block_sums(x, m_count);
       rounded_m0 = m0;
     }
     const Int16Tile tile = pack_int16_tile(kernels.decode_int16, w + n0 * a.w_row_bytes, a.w_row_bytes, n_count,
-                                           a.k, chunk_bytes, kernels.int16_block_sums);
-    gemm_int16(tile, x, m_count, a.out + m0 * a.out_stride + n0, a.out_stride);
+                                           a.k, chunk_bytes, kernels.int16_block_sums || half_block_offsets,
+                                           kernels.decode_int16_half_blocks);
+    gemm_int16(tile, x, m_count, a.out + m0 * a.out_stride + n0, a.out_stride, half_sums);
   }
 }
 

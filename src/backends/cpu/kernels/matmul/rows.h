@@ -66,10 +66,12 @@ DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
 // The 16-bit integer row decoders of the integer GEMM (RowKernels::decode_int16) on
 // Isa::avx512_vnni: q4_0, q4_1, q5_0 and q8_0 (block32_int16.cpp), q4_k and q5_k
-// (kquant_int16.cpp), q3_k (kquant_low_int16.cpp); null for the other types and sets.
+// (kquant_int16.cpp), q3_k (kquant_low_int16.cpp), q2_k and q6_k with scales per 16 values
+// (kquant16_decode_int16.cpp); null for the other types and sets.
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_low_int16_decode(DType w, Isa isa);  // q3_k (kquant_low_int16.cpp)
+DecodeRowInt16Fn kquant16_decode_int16(DType w, Isa isa);    // q2_k, q6_k (half blocks)
 // The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
 // Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
@@ -129,27 +131,37 @@ class RowDots {
 
 /// Up to kInt16TileRows weight rows packed for gemm_int16 (gemm_int16.cpp): per pair of
 /// values, the pair of every row as one dword (pairs[(j / 2) * kInt16TileRows + r] holds
-/// values j, j + 1 of row r); per 32-value block, the rows' scales and offsets (offsets
-/// null when the format has none). Rows past `rows` are zero.
+/// values j, j + 1 of row r); per 32-value block (per 16 values with half_blocks), the
+/// rows' scales and offsets (offsets null when the format has none). Rows past `rows` are
+/// zero.
 struct Int16Tile {
   const int32_t* pairs = nullptr;
   const float* scales = nullptr;
   const float* offsets = nullptr;
   int64_t k = 0;
   int64_t rows = 0;
+  bool half_blocks = false;
 };
 inline constexpr int64_t kInt16TileRows = 16;
 
 /// Decodes n weight rows (1 <= n <= kInt16TileRows, w_row_bytes apart, k values each, k a
 /// multiple of 32) with `decode` into an Int16Tile in per-thread scratch slot 0 (valid until
 /// the thread's next use of it); chunk_bytes is the bytes of 256 values of a row, which
-/// `decode` is given at a time. Isa::avx512_vnni.
+/// `decode` is given at a time; half_blocks as RowKernels::decode_int16_half_blocks says.
+/// Isa::avx512_vnni.
 Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_row_bytes, int64_t n, int64_t k,
-                          int64_t chunk_bytes, bool offsets);
+                          int64_t chunk_bytes, bool offsets, bool half_blocks = false);
+/// The sums of x's integers per 16 values, which gemm_int16 takes for a half-block tile with
+/// offsets: sums[i * (k / 16) + j / 16] for the m rows of x (exact in f32: |sum| < 2^20), in a
+/// per-thread buffer valid until the thread's next call.
+const float* int16_half_block_sums(const XInt16& x, int64_t m);
 /// out[i * out_stride + r] = Σ_j x_i[j] · w_r[j] for i < m, r < tile.rows, x rounded as
-/// XInt16 says (with block sums when the tile has offsets); exact integer sums per 32
-/// values, f32 beyond. An element's value depends only on its two rows. Isa::avx512_vnni.
-void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride);
+/// XInt16 says (in value order; with block sums when the tile has offsets per 32 values,
+/// with int16_half_block_sums as half_sums when it has them per 16); exact integer sums per
+/// 32 values (16 with half blocks), f32 beyond. An element's value depends only on its two
+/// rows. Isa::avx512_vnni.
+void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride,
+                const float* half_sums = nullptr);
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
 /// (mv_fused.cpp).
