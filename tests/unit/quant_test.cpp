@@ -869,18 +869,22 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
   }
 }
 
-// q2_k's and q3_k's rows on x split into bytes per 256-value group (avx512_vnni): the layout
-// holds exactly round_x_int16's integers, group scales and quarter sums; one row of x against
-// n weight rows through both passes (4 rows, 1 row), groups of very different sizes; each row
-// within the 16-bit x tolerance of float64, and the same bits whatever n and its place.
+// The k-quants' rows on x split into bytes per 256-value group (avx512_vnni), q2_k's and
+// q3_k's in XInt16GroupOrder::bit_pairs, q4_k's and q5_k's in nibbles: the layout holds
+// exactly round_x_int16's integers, group scales and sums (the quarters' integer sums, or
+// the sub-blocks' f32 block sums); one row of x against n weight rows through both passes
+// (4 rows, 1 row), groups of very different sizes; each row within the 16-bit x tolerance of
+// float64, and the same bits whatever n and its place.
 TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
   if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
-  for (DType t : {DType::q2_k, DType::q3_k}) {
+  for (DType t : {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k}) {
     const cpu::RowKernels& kernels = cpu::row_kernels(t, cpu::Isa::avx512_vnni);
     ASSERT_NE(kernels.dot_weight_rows_group_bytes, nullptr) << dtype_name(t);
+    const bool nibbles = kernels.group_bytes_order == cpu::XInt16GroupOrder::nibbles;
+    ASSERT_EQ(nibbles, t == DType::q4_k || t == DType::q5_k) << dtype_name(t);
     for (int64_t k : {256, 512, 2304, 8192}) {
       SCOPED_TRACE(cat(dtype_name(t), " k ", k));
       const int64_t n = 9;
@@ -891,10 +895,11 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
       for (int64_t j = 0; j < k; ++j) x[j] *= std::ldexp(1.0f, static_cast<int>(j / cpu::kXInt16Group % 5) * 7 - 14);
       const int64_t row_bytes = static_cast<int64_t>(rows.size()) / n;
       const cpu::XInt16 xi =
-          cpu::round_x_int16(x.data(), k, 1, k, false, cpu::XInt16Order::values, cpu::Isa::avx512_vnni);
+          cpu::round_x_int16(x.data(), k, 1, k, true, cpu::XInt16Order::values, cpu::Isa::avx512_vnni);
       const std::vector<int16_t> ints(xi.q, xi.q + k);
       const std::vector<float> int_scales(xi.group_scale, xi.group_scale + xi.groups);
-      const cpu::XInt16GroupBytes xb = cpu::round_x_int16_group_bytes(x.data(), k);
+      const std::vector<float> block_sums(xi.block_sum, xi.block_sum + k / 32);
+      const cpu::XInt16GroupBytes xb = cpu::round_x_int16_group_bytes(x.data(), k, kernels.group_bytes_order);
       for (int64_t g = 0; g < k / 256; ++g) {
         ASSERT_EQ(xb.group_scale[g], int_scales[g]) << "group " << g;
         const uint8_t* group = xb.groups + g * cpu::kXInt16GroupBytes;
@@ -902,16 +907,23 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
           for (int i = 0; i < 4; ++i) {
             int32_t sum = 0;
             for (int e = 0; e < 16; ++e) {
-              const int64_t v = 256 * g + 32 * part + 16 * (i % 2) + 128 * (i / 2) + e;
+              const int64_t v = 256 * g + e +
+                                (nibbles ? 64 * i + 32 * (part % 2) + 16 * (part / 2) : 32 * part + 16 * (i % 2) + 128 * (i / 2));
               const int b = 16 * i + e;
               const int value = 256 * static_cast<int8_t>(group[128 * part + 64 + b]) + group[128 * part + b];
               ASSERT_EQ(value, ints[v]) << "value " << v;
               sum += value;
             }
+            if (nibbles) continue;
             int32_t stored = 0;
             std::memcpy(&stored, group + 512 + 4 * (4 * i + part), 4);
             ASSERT_EQ(stored, sum) << "group " << g << " part " << part << " quarter " << i;
           }
+        }
+        for (int s = 0; nibbles && s < 8; ++s) {
+          float stored = 0;
+          std::memcpy(&stored, group + 512 + 4 * s, 4);
+          ASSERT_EQ(stored, block_sums[8 * g + s]) << "group " << g << " sub-block " << s;
         }
       }
       std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
@@ -920,7 +932,8 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
       for (int64_t r = 0; r < n; ++r) {
         double ref = 0;
         double atol = dot_tolerance(x.data(), &w[r * k], &offsets[r * k], k, ref);
-        atol += x_int16_rounding(x.data(), &w[r * k], nullptr, k);
+        // q4_k's and q5_k's mins use x's exact block sums, q2_k's its rounded integers.
+        atol += x_int16_rounding(x.data(), &w[r * k], nibbles ? &offsets[r * k] : nullptr, k);
         ASSERT_NEAR(out[r], ref, atol) << "row " << r;
         float alone = -1.0f;
         kernels.dot_weight_rows_group_bytes(rows.data() + r * row_bytes, row_bytes, 1, xb, &alone);
@@ -928,7 +941,7 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
       }
       // A non-finite x makes every product non-finite, as the f32 products are.
       x[k / 2] = INFINITY;
-      const cpu::XInt16GroupBytes inf = cpu::round_x_int16_group_bytes(x.data(), k);
+      const cpu::XInt16GroupBytes inf = cpu::round_x_int16_group_bytes(x.data(), k, kernels.group_bytes_order);
       kernels.dot_weight_rows_group_bytes(rows.data(), row_bytes, n, inf, out.data());
       for (int64_t r = 0; r < n; ++r) ASSERT_FALSE(std::isfinite(out[r])) << "row " << r;
     }

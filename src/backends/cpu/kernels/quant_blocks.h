@@ -116,13 +116,22 @@ XInt16Bytes round_x_int16_bytes(const float* x, int64_t k, bool lane_sums);
 using DotWeightRowsBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
                                       const XInt16Bytes& x, float* out);
 
+/// The order of XInt16GroupBytes's values in each group, that of the quant bits of the
+/// formats that read it: q2_k's and q3_k's bit pairs, or q4_k's and q5_k's nibbles.
+enum class XInt16GroupOrder : uint8_t { bit_pairs, nibbles };
+
 /// One row of x rounded as XInt16 does (the same integers and group scales), each integer
-/// split into bytes, x = 256 · h + l with h signed and l unsigned, for the q2_k and q3_k
-/// kernels that multiply their 2- and 3-bit quants with bytes (vpdpbusd). Per group of 256
-/// values (k a multiple of 256), kXInt16GroupBytes bytes: four parts j of 128 bytes, the l of
-/// 64 values then their h, byte 16 i + e of part j being value 32 j + 16 (i % 2) + 128 (i / 2)
-/// + e (so that part j is the values of bits 2j, 2j + 1 of the formats' quant bytes); then 16
-/// int32 sums of the 16 integers of each quarter, quarter i of part j at 4 i + j.
+/// split into bytes, x = 256 · h + l with h signed and l unsigned, for the k-quant kernels
+/// that multiply their 2- to 5-bit quants with bytes (vpdpbusd). Per group of 256 values (k a
+/// multiple of 256), kXInt16GroupBytes bytes: four parts j of 128 bytes, the l of 64 values
+/// then their h, then 64 bytes of sums. Byte 16 i + e of part j is value
+///   bit_pairs: 32 j + 16 (i % 2) + 128 (i / 2) + e (part j is the values of bits 2j, 2j + 1
+///              of q2_k's and q3_k's quant bytes); the sums are 16 int32 sums of the 16
+///              integers of each quarter, quarter i of part j at 4 i + j;
+///   nibbles:   64 i + 32 (j % 2) + 16 (j / 2) + e (part j is nibble j % 2 of bytes
+///              16 (j / 2) .. + 15 of each of q4_k's and q5_k's four 32-byte runs of quants,
+///              run i in 128-bit lane i); the sums are the 8 f32 sums of the unrounded values
+///              of each 32-value sub-block (for the additive mins), then 32 zero bytes.
 struct XInt16GroupBytes {
   const uint8_t* groups = nullptr;
   const float* group_scale = nullptr;
@@ -130,9 +139,10 @@ struct XInt16GroupBytes {
 };
 inline constexpr int64_t kXInt16GroupBytes = 576;
 
-/// Rounds one row of k values of x (k a multiple of 256) into XInt16GroupBytes in a
-/// per-thread buffer (valid until the thread's next call); Isa::avx512_vnni.
-XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k);
+/// Rounds one row of k values of x (k a multiple of 256) into XInt16GroupBytes in `order`
+/// in a per-thread buffer (valid until the thread's next call); Isa::avx512_vnni.
+XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k,
+                                           XInt16GroupOrder order = XInt16GroupOrder::bit_pairs);
 
 /// out[r] = Σ_j x[j] · w_rows[r * w_row_bytes + j] for r < n, with one row of x rounded as
 /// XInt16GroupBytes says; a row's value does not depend on n or on its place among them.
@@ -167,9 +177,10 @@ struct RowKernels {
   // q5_1 on avx512_vnni with VBMI); x needs lane sums when bytes_lane_sums is set.
   DotWeightRowsBytesFn dot_weight_rows_bytes = nullptr;
   bool bytes_lane_sums = false;
-  // With one row of x, in place of dot_weight_rows_int16 where set (q2_k and q3_k on
-  // avx512_vnni).
+  // With one row of x, in place of dot_weight_rows_int16 where set (q2_k, q3_k, q4_k and
+  // q5_k on avx512_vnni); x is rounded in group_bytes_order.
   DotWeightRowsGroupBytesFn dot_weight_rows_group_bytes = nullptr;
+  XInt16GroupOrder group_bytes_order = XInt16GroupOrder::bit_pairs;
 };
 
 /// Row kernels for a matmul weight type (kMatmulWeightTypes); throws for other types.

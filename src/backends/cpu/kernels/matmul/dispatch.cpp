@@ -123,6 +123,10 @@ KernelTable make_table(Isa isa) {
       kernels.dot_weight_rows_bytes = q4_split_x_dot_weight_rows(w, isa);
       kernels.bytes_lane_sums = kernels.dot_weight_rows_bytes != nullptr && (w == DType::q4_1 || w == DType::q5_1);
       kernels.dot_weight_rows_group_bytes = kquant_low_split_x_dot_weight_rows(w, isa);
+      if (kernels.dot_weight_rows_group_bytes == nullptr) {
+        kernels.dot_weight_rows_group_bytes = kquant_split_x_dot_weight_rows(w, isa);
+        if (kernels.dot_weight_rows_group_bytes != nullptr) kernels.group_bytes_order = XInt16GroupOrder::nibbles;
+      }
     }
 #else
     (void)isa;

@@ -40,6 +40,9 @@
 //         7,864,080.
 // So no lane overflows; the sums' f32 conversion rounds once per super-block, as the 16-bit
 // kernels' does.
+//
+// The rounding into XInt16GroupBytes (round_x_int16_group_bytes) also makes q4_k's and
+// q5_k's order of it (XInt16GroupOrder::nibbles, kquant_split_x.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -226,9 +229,10 @@ void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XIn
 
 // Rounds as block32_int16.cpp's round_row does (per group, step = largest |x| / 32767,
 // q = round(x / step), a non-finite scale for a group with a non-finite value), then splits
-// the integers into XInt16GroupBytes's parts and sums each quarter of a part.
-void round_row(const float* x, int64_t k, uint8_t* groups, float* group_scale) {
+// the integers into XInt16GroupBytes's parts in `order`, with its sums.
+void round_row(const float* x, int64_t k, uint8_t* groups, float* group_scale, XInt16GroupOrder order) {
   const __m512i byte = _mm512_set1_epi32(0xFF);
+  const bool nibbles = order == XInt16GroupOrder::nibbles;
   for (int64_t g0 = 0, g = 0; g0 < k; g0 += kXInt16Group, ++g) {
     __m512 amax = _mm512_setzero_ps();
     __m512 non_finite = _mm512_setzero_ps();  // x * 0 is NaN exactly for infinite or NaN x
@@ -245,15 +249,26 @@ void round_row(const float* x, int64_t k, uint8_t* groups, float* group_scale) {
     alignas(64) int32_t sums[16];
     for (int j = 0; j < 4; ++j) {
       for (int i = 0; i < 4; ++i) {
-        // Quarter i of part j: values 32 j + 16 (i % 2) + 128 (i / 2) .. + 15.
-        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + g0 + 32 * j + 16 * (i % 2) + 128 * (i / 2)), inverse));
+        // Quarter i of part j.
+        const int64_t first = nibbles ? 64 * i + 32 * (j % 2) + 16 * (j / 2) : 32 * j + 16 * (i % 2) + 128 * (i / 2);
+        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + g0 + first), inverse));
         uint8_t* part = group + kPartBytes * j + 16 * i;
         _mm_store_si128(reinterpret_cast<__m128i*>(part), _mm512_cvtepi32_epi8(_mm512_and_si512(v, byte)));
         _mm_store_si128(reinterpret_cast<__m128i*>(part + 64), _mm512_cvtepi32_epi8(_mm512_srai_epi32(v, 8)));
         sums[4 * i + j] = _mm512_reduce_add_epi32(v);
       }
     }
-    std::memcpy(group + kSums, sums, sizeof(sums));
+    if (nibbles) {
+      // The sub-blocks' f32 sums, as round_x_int16's block sums.
+      alignas(64) float block_sums[16] = {};
+      for (int s = 0; s < 8; ++s) {
+        const float* xs = x + g0 + 32 * s;
+        block_sums[s] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(xs), _mm512_loadu_ps(xs + 16)));
+      }
+      std::memcpy(group + kSums, block_sums, sizeof(block_sums));
+    } else {
+      std::memcpy(group + kSums, sums, sizeof(sums));
+    }
   }
 }
 
@@ -264,7 +279,7 @@ ONEPASS_AVX512_VNNI_END
 
 namespace onepass::cpu {
 
-XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k) {
+XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k, XInt16GroupOrder order) {
   check(k % kXInt16Group == 0, "cpu", "16-bit x in group bytes needs rows of whole 256-value groups, got k = ", k);
   const int64_t groups = k / kXInt16Group;
   XInt16GroupBytes r;
@@ -273,12 +288,13 @@ XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k) {
 #if ONEPASS_CPU_X86
   check(isa_supported(Isa::avx512_vnni), "cpu", "16-bit x in group bytes is an avx512_vnni layout");
   auto* scales = reinterpret_cast<float*>(base + groups * kXInt16GroupBytes);
-  avx512_vnni::round_row(x, k, base, scales);
+  avx512_vnni::round_row(x, k, base, scales, order);
   r.groups = base;
   r.group_scale = scales;
 #else
   (void)x;
   (void)base;
+  (void)order;
   check(false, "cpu", "16-bit x in group bytes is an x86-64 SIMD path");
 #endif
   return r;

@@ -78,6 +78,9 @@ DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
 // The 2- and 3-bit kernels on XInt16GroupBytes (kquant_low_split_x.cpp): q2_k and q3_k on
 // Isa::avx512_vnni; null for the other types and sets.
 DotWeightRowsGroupBytesFn kquant_low_split_x_dot_weight_rows(DType w, Isa isa);
+// The 4- and 5-bit k-quant kernels on XInt16GroupBytes in XInt16GroupOrder::nibbles
+// (kquant_split_x.cpp): q4_k and q5_k on Isa::avx512_vnni; null for the other types and sets.
+DotWeightRowsGroupBytesFn kquant_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
 /// (rounded to XInt16 when the weight type has integer row kernels on `isa`; with m = 1, to
@@ -90,7 +93,7 @@ class RowDots {
     if (m == 1 && kernels_.dot_weight_rows_bytes != nullptr) {
       x_bytes_ = round_x_int16_bytes(x, k, kernels_.bytes_lane_sums);
     } else if (m == 1 && kernels_.dot_weight_rows_group_bytes != nullptr) {
-      x_group_bytes_ = round_x_int16_group_bytes(x, k);
+      x_group_bytes_ = round_x_int16_group_bytes(x, k, kernels_.group_bytes_order);
     } else if (kernels_.dot_int16 != nullptr) {
       x_int16_ = round_x_int16(x, x_stride, m, k, kernels_.int16_block_sums, kernels_.int16_order, isa);
     }
