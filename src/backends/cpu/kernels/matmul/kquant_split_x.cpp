@@ -47,26 +47,30 @@ constexpr int64_t kPartBytes = 128;
 constexpr int64_t kSums = 4 * kPartBytes;
 static_assert(kSums + 64 == kXInt16GroupBytes);
 
-// The 8 scales sc (bytes 0..7) and mins mn (bytes 8..15) of a q4_k / q5_k super-block at b,
-// 6 bits each: the 12 packed bytes (ops::kquant_scale_min) unpacked four sub-blocks at a
-// time in 32-bit words, in general registers.
+// The 8 scales sc and mins mn (6 bits each) of a q4_k / q5_k super-block at b as bytes:
+// sc[0..3], mn[0..3], sc[4..7], mn[4..7]. The 12 packed bytes (ops::kquant_scale_min) are
+// unpacked in two 64-bit words in general registers, off the vector ports.
 inline __m128i scales_and_mins(const uint8_t* b) {
-  uint32_t w[3];
-  std::memcpy(w, b + 4, 12);
-  const uint64_t sc = (w[0] & 0x3f3f3f3fu) |
-                      uint64_t{(w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)} << 32;
-  const uint64_t mn = (w[1] & 0x3f3f3f3fu) |
-                      uint64_t{((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)} << 32;
-  return _mm_set_epi64x(static_cast<long long>(mn), static_cast<long long>(sc));
+  uint64_t low;
+  uint32_t top;
+  std::memcpy(&low, b + 4, 8);
+  std::memcpy(&top, b + 12, 4);
+  const uint64_t first = low & 0x3f3f3f3f3f3f3f3fu;
+  const uint64_t nibbles = (top | uint64_t{top >> 4} << 32) & 0x0f0f0f0f0f0f0f0fu;
+  const uint64_t second = nibbles | ((low >> 6) & 0x0303030303030303u) << 4;
+  return _mm_set_epi64x(static_cast<long long>(second), static_cast<long long>(first));
 }
+
+// Byte of sub-block s's scale, and of its min, in scales_and_mins.
+constexpr int scale_byte(int s) { return s < 4 ? s : 4 + s; }
 
 // vpshufb's index (per 128-bit lane i) putting sub-block 2i + n's scale byte at bytes 0 and 3
 // of every dword and zero elsewhere: the words (sc, 256 · sc).
 template <int n>
 inline __m512i scale_word_index() {
   const auto lane = [](int i) {
-    const int s = 2 * i + n;
-    return static_cast<int>(static_cast<uint32_t>(s) | 0x8080u << 8 | static_cast<uint32_t>(s) << 24);
+    const auto at = static_cast<uint32_t>(scale_byte(2 * i + n));
+    return static_cast<int>(at | 0x8080u << 8 | at << 24);
   };
   return _mm512_setr_epi32(lane(0), lane(0), lane(0), lane(0), lane(1), lane(1), lane(1), lane(1), lane(2), lane(2),
                            lane(2), lane(2), lane(3), lane(3), lane(3), lane(3));
@@ -134,7 +138,8 @@ struct KQuant {
     nibble(std::integral_constant<int, 1>{});
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(half_at(wb) * x_scale), acc);
     // As kquant_int16.cpp's kasym_mins, so that the mins round as there.
-    const __m256 m = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8))),
+    const __m256i mn = _mm256_cvtepu8_epi32(_mm_shuffle_epi32(scm, _MM_SHUFFLE(3, 3, 3, 1)));
+    const __m256 m = _mm256_mul_ps(_mm256_cvtepi32_ps(mn),
                                    _mm256_set1_ps(-half_at(wb + 2)));
     mins = _mm256_fmadd_ps(m, _mm256_load_ps(reinterpret_cast<const float*>(xg + kSums)), mins);
   }
