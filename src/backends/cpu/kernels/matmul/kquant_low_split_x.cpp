@@ -255,7 +255,7 @@ void round_row(const float* x, int64_t k, uint8_t* groups, float* group_scale, X
         uint8_t* part = group + kPartBytes * j + 16 * i;
         _mm_store_si128(reinterpret_cast<__m128i*>(part), _mm512_cvtepi32_epi8(_mm512_and_si512(v, byte)));
         _mm_store_si128(reinterpret_cast<__m128i*>(part + 64), _mm512_cvtepi32_epi8(_mm512_srai_epi32(v, 8)));
-        sums[4 * i + j] = _mm512_reduce_add_epi32(v);
+        if (!nibbles) sums[4 * i + j] = _mm512_reduce_add_epi32(v);
       }
     }
     if (nibbles) {
