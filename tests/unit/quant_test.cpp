@@ -873,7 +873,7 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
 // q3_k's in XInt16GroupOrder::bit_pairs, q4_k's and q5_k's in nibbles: the layout holds
 // exactly round_x_int16's integers, group scales and sums (the quarters' integer sums, or
 // the sub-blocks' f32 block sums); one row of x against n weight rows through both passes
-// (4 rows, 1 row), groups of very different sizes; each row within the 16-bit x tolerance of
+// (several rows, 1 row), groups of very different sizes; each row within the 16-bit x tolerance of
 // float64, and the same bits whatever n and its place.
 TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
   if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
