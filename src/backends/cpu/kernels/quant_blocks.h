@@ -30,8 +30,9 @@ enum class Isa : uint8_t {
 constexpr Isa vector_isa(Isa isa) { return isa == Isa::amx ? Isa::avx512_vnni : isa; }
 /// "portable", "avx2", "avx512", "avx512_vnni" or "amx".
 const char* isa_name(Isa isa);
-/// `best` capped by the name of a set (ONEPASS_CPU_ISA's value): the narrower of the two.
-/// Throws Error for a name isa_name does not give.
+/// `best` capped by the name of a set (ONEPASS_CPU_ISA's value): the narrower of the two; an
+/// empty name (the variable set to nothing, as the other ONEPASS_ variables) caps nothing.
+/// Throws Error for another name isa_name does not give.
 Isa capped_isa(Isa best, std::string_view name);
 
 /// The widest Isa this CPU supports (checked once).
@@ -90,6 +91,33 @@ using DotRowsInt16Fn = void (*)(const void* w_row, const XInt16& x, int64_t m, f
 /// rounded as XInt16 says; a row's value does not depend on n or on its place among them.
 using DotWeightRowsInt16Fn = void (*)(const void* w_rows, int64_t w_row_bytes, int64_t n,
                                       const XInt16& x, float* out);
+
+/// The row grouping of a DotRowsInt16Fn: calls `group.template operator()<M>(rows, out)` for
+/// the m rows of x in groups of kMaxRows (the last takes the 1..kMaxRows left), each with x's
+/// integers, group scales and block sums (where it has them) and out advanced past the rows
+/// before it. `group` is the kernel's generic lambda, defined in its target region: its M
+/// rows share one decode of each weight block.
+template <int M, typename Group>
+void call_row_group(int64_t take, const XInt16& rows, float* out, Group& group) {
+  if constexpr (M > 1) {
+    if (take < M) return call_row_group<M - 1>(take, rows, out, group);
+  }
+  group.template operator()<M>(rows, out);
+}
+
+template <int kMaxRows, typename Group>
+void for_row_groups(const XInt16& x, int64_t m, float* out, int64_t out_stride, Group&& group) {
+  XInt16 rows = x;
+  while (m > 0) {
+    const int64_t take = m < kMaxRows ? m : kMaxRows;
+    call_row_group<kMaxRows>(take, rows, out, group);
+    m -= take;
+    rows.q += take * x.k;
+    rows.group_scale += take * x.groups;
+    if (rows.block_sum != nullptr) rows.block_sum += take * (x.k / 32);
+    out += take * out_stride;
+  }
+}
 
 /// One row of x rounded as XInt16 does (the same integers and group scales), each integer
 /// split into bytes, x = 256 · h + l with h signed and l unsigned, for the 4- and 5-bit

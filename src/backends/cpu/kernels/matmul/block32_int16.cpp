@@ -548,29 +548,13 @@ void int16_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_
   }
 }
 
-template <typename Fmt, int M>
-void int16_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return int16_dot_take<Fmt, M - 1>(take, w, x, out, out_stride);
-  }
-  int16_dot_group<Fmt, M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 4 rows of x share one decode of each weight block.
 template <typename Fmt>
 void int16_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 4;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    int16_dot_take<Fmt, kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    if (rows.block_sum != nullptr) rows.block_sum += take * (x.k / 32);
-    out += take * out_stride;
-  }
+  for_row_groups<4>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    int16_dot_group<Fmt, M>(w, rows, o, out_stride);
+  });
 }
 
 // Rounds one row of k values as avx512_vnni::round_row does (the same integers and scales;

@@ -132,27 +132,12 @@ void q6_k_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_s
   for (int i = 0; i < M; ++i) out[i * out_stride] = _mm512_reduce_add_ps(acc[i]);
 }
 
-template <int M>
-void q6_k_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return q6_k_dot_take<M - 1>(take, w, x, out, out_stride);
-  }
-  q6_k_dot_group<M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 4 rows of x share one decode of each super-block.
 void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 4;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    q6_k_dot_take<kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    out += take * out_stride;
-  }
+  for_row_groups<4>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    q6_k_dot_group<M>(w, rows, o, out_stride);
+  });
 }
 
 
@@ -241,29 +226,13 @@ void kasym_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_
   for (int i = 0; i < M; ++i) out[i * out_stride] = _mm512_reduce_add_ps(acc[i]) + simd::hsum(mins[i]);
 }
 
-template <bool kFifthBit, int M>
-void kasym_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return kasym_dot_take<kFifthBit, M - 1>(take, w, x, out, out_stride);
-  }
-  kasym_dot_group<kFifthBit, M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 4 rows of x share one decode of each super-block.
 template <bool kFifthBit>
 void kasym_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 4;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    kasym_dot_take<kFifthBit, kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    rows.block_sum += take * (x.k / 32);
-    out += take * out_stride;
-  }
+  for_row_groups<4>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    kasym_dot_group<kFifthBit, M>(w, rows, o, out_stride);
+  });
 }
 
 // DecodeRowInt16Fn of the integer GEMM: per sub-block the 32 words sc · q, d as the scale
@@ -412,28 +381,13 @@ void q6_k_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_s
   for (int i = 0; i < M; ++i) out[i * out_stride] = simd::hsum(acc[i]);
 }
 
-template <int M>
-void q6_k_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return q6_k_dot_take<M - 1>(take, w, x, out, out_stride);
-  }
-  q6_k_dot_group<M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 2 rows of x share one decode of each super-block (more
 // spill the 16 registers).
 void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 2;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    q6_k_dot_take<kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    out += take * out_stride;
-  }
+  for_row_groups<2>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    q6_k_dot_group<M>(w, rows, o, out_stride);
+  });
 }
 
 
@@ -518,29 +472,13 @@ void kasym_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_
   for (int i = 0; i < M; ++i) out[i * out_stride] = simd::hsum(acc[i]) + simd::hsum(mins[i]);
 }
 
-template <bool kFifthBit, int M>
-void kasym_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return kasym_dot_take<kFifthBit, M - 1>(take, w, x, out, out_stride);
-  }
-  kasym_dot_group<kFifthBit, M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 2 rows of x share one decode of each super-block.
 template <bool kFifthBit>
 void kasym_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 2;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    kasym_dot_take<kFifthBit, kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    rows.block_sum += take * (x.k / 32);
-    out += take * out_stride;
-  }
+  for_row_groups<2>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    kasym_dot_group<kFifthBit, M>(w, rows, o, out_stride);
+  });
 }
 
 }  // namespace

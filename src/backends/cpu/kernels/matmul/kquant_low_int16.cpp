@@ -172,28 +172,13 @@ void low_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_st
   for (int i = 0; i < M; ++i) out[i * out_stride] = _mm512_reduce_add_ps(acc[i]);
 }
 
-template <typename Fmt, int M>
-void low_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return low_dot_take<Fmt, M - 1>(take, w, x, out, out_stride);
-  }
-  low_dot_group<Fmt, M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 4 rows of x share one decode of each super-block.
 template <typename Fmt>
 void low_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 4;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    low_dot_take<Fmt, kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    out += take * out_stride;
-  }
+  for_row_groups<4>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    low_dot_group<Fmt, M>(w, rows, o, out_stride);
+  });
 }
 
 // DecodeRowInt16Fn of the integer GEMM (q3_k): per 32 values the words (sc - 32) · q
@@ -385,28 +370,13 @@ void low_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_st
   for (int i = 0; i < M; ++i) out[i * out_stride] = simd::hsum(acc[i]);
 }
 
-template <typename Fmt, int M>
-void low_dot_take(int64_t take, const uint8_t* w, const XInt16& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1) {
-    if (take < M) return low_dot_take<Fmt, M - 1>(take, w, x, out, out_stride);
-  }
-  low_dot_group<Fmt, M>(w, x, out, out_stride);
-}
-
 // DotRowsInt16Fn: groups of up to 2 rows of x share one decode of each super-block.
 template <typename Fmt>
 void low_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
-  constexpr int64_t kMaxRows = 2;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    low_dot_take<Fmt, kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    out += take * out_stride;
-  }
+  for_row_groups<2>(x, m, out, out_stride, [&]<int M>(const XInt16& rows, float* o) {
+    low_dot_group<Fmt, M>(w, rows, o, out_stride);
+  });
 }
 
 }  // namespace
