@@ -66,6 +66,7 @@ TEST(AmxIsa, NamesCapTheWidestSet) {
   EXPECT_EQ(cpu::capped_isa(Isa::avx512_vnni, "amx"), Isa::avx512_vnni);
   EXPECT_EQ(cpu::capped_isa(Isa::avx2, "amx"), Isa::avx2);
   EXPECT_THROW(cpu::capped_isa(Isa::amx, "amx512"), Error);
+  EXPECT_EQ(cpu::capped_isa(Isa::avx512, ""), Isa::avx512);  // ONEPASS_CPU_ISA= caps nothing
   EXPECT_EQ(cpu::vector_isa(Isa::amx), Isa::avx512_vnni);
   EXPECT_EQ(cpu::vector_isa(Isa::avx512), Isa::avx512);
 }

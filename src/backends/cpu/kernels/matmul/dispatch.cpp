@@ -65,6 +65,7 @@ const char* isa_name(Isa isa) {
 }
 
 Isa capped_isa(Isa best, std::string_view name) {
+  if (name.empty()) return best;
   for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_vnni, Isa::amx}) {
     if (name == isa_name(isa)) return std::min(best, isa);
   }
