@@ -184,13 +184,14 @@ namespace {
 
 using namespace quant_cases;
 
-// The CUDA products that the 8-bit integer tensor cores take (cuda::cuda_mm_x8: 8 or 25 to 32
-// rows of x, q4_k only 8; K whole stages of 256 values, weight rows of whole 16-byte words,
-// q6_k 8-byte words): x quantized to int8 per 32 values, as the matrix-vector kernels do.
+// The CUDA products that the 8-bit integer tensor cores take (cuda::cuda_mm_x8: 8 rows of x,
+// and 25 to 32 of q6_k; cuda::cuda_gemm_x8: 25 to 256 rows but for q6_k; K whole stages of
+// 256 values, weight rows of whole 16-byte words, q6_k 8-byte words): x quantized to int8
+// per 32 values, as the matrix-vector kernels do.
 bool cuda_x8_product(DType t, int64_t m, int64_t k) {
   const bool formats = t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0 || t == DType::q5_0 ||
                        t == DType::q5_1 || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
-  const bool rows = m == 8 || (m >= 25 && m <= 32 && t != DType::q4_k);
+  const bool rows = m == 8 || (m >= 25 && m <= 32 && t == DType::q6_k) || (m >= 25 && m <= 256 && t != DType::q6_k);
   return formats && rows && k % (t == DType::q6_k ? 1024 : 256) == 0;
 }
 
@@ -338,8 +339,16 @@ ONEPASS_OP_CASES(matmul) {
       add_case(cases, t, 8, 70, 256, 0, dtype_block_elems(t) == 256);
       add_case(cases, t, 8, 2200, 2048, 0, false);
       if (t == DType::q4_0 || t == DType::q6_k) add_case(cases, t, 8, 20000, 2048, 0, false);
-      // 25 to 32 rows: four x tiles (mm_x8_m32), padded x rows and strided x.
+      // 25 to 32 rows, padded x rows and strided x: q6_k's four x tiles (mm_x8_m32); the
+      // other formats' gemm_x8 in 256-row weight tiles (2, the last one partial, in 16 K
+      // ranges on 132 SMs, cuda::cuda_gemm_x8_splits).
       add_case(cases, t, 27, 300, 4096, 3, false);
+      // 33 to 256 rows: gemm_x8 in 32-row x tiles (2, the last one partial) by 128 weight
+      // rows (5 with a tail) in one stage, unsplit, strided x; in 64-row x tiles (2) in 8 K
+      // ranges; 4 x tiles, the last one partial, and 2 weight tiles, strided x, in 4.
+      add_case(cases, t, 40, 600, 256, 3, false);
+      add_case(cases, t, 128, 200, 2048, 0, false);
+      add_case(cases, t, 200, 130, 1024, 5, false);
     }
     add_case(cases, t, 70, 45, k, 3, false);  // two CPU tiles along M
     // Three CUDA tensor-core tiles along M and N, each with a tail, and 12 K steps.

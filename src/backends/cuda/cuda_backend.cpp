@@ -319,6 +319,7 @@ void CudaBackend::run_host(const Dispatch& d, cudaStream_t stream) {
   context.stream = stream;
   context.cublas = cublas_;
   context.backend = this;
+  context.multiprocessors = std::max(1, info_.multiprocessors);
   d.kernel->cuda_host(d.args_data(), &context);
 }
 

@@ -24,6 +24,7 @@ void register_cuda_kernels(KernelRegistry& registry) {
   register_matmul_split_cuda_kernels(registry);
   register_matmul_x8_cuda_kernels(registry);
   register_matmul_blas_cuda_kernels(registry);
+  register_matmul_gemm_x8_cuda_kernels(registry);
   register_rope_kv_cuda_kernels(registry);
   register_embedding_cuda_kernels(registry);
   register_affine_cuda_kernels(registry);

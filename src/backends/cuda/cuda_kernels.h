@@ -22,6 +22,7 @@ void register_matmul_tc_cuda_kernels(KernelRegistry& registry);
 void register_matmul_split_cuda_kernels(KernelRegistry& registry);
 void register_matmul_x8_cuda_kernels(KernelRegistry& registry);
 void register_matmul_blas_cuda_kernels(KernelRegistry& registry);
+void register_matmul_gemm_x8_cuda_kernels(KernelRegistry& registry);
 void register_attention_tc_cuda_kernels(KernelRegistry& registry);
 void register_rope_kv_cuda_kernels(KernelRegistry& registry);
 void register_embedding_cuda_kernels(KernelRegistry& registry);

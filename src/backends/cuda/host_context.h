@@ -22,6 +22,7 @@ struct HostContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;  // bound to `stream`, with the backend's workspace
   CudaBackend* backend = nullptr;
+  int multiprocessors = 1;  // of the device
 
   /// At least `bytes` of device memory for scratch slot `slot` (< kHostScratchSlots),
   /// 256-byte aligned. A recorded graph keeps the address it was given: the backend never

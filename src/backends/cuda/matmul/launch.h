@@ -96,7 +96,7 @@ inline constexpr int64_t kCudaMmSplitBlocksPerSm = 3;
 inline int64_t cuda_mm_split_tile_rows(int64_t m) { return m <= 16 ? 16 : 32; }
 int64_t cuda_mm_splits(int64_t m, int64_t n, int64_t k, int sms);
 LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t shared_bytes);
-/// mm_x8_<W>_f32 and mm_x8_m32_<W>_f32 (gemm_x8.cu): the product of kCudaMmX8MinRows ..
+/// mm_x8_<W>_f32 and mm_x8_m32_<W>_f32 (mm_x8.cu): the product of kCudaMmX8MinRows ..
 /// kCudaMmX8MaxRows rows of x (one x tile of 8 rows, or 4 of them for more; the kernel pads
 /// fewer rows with zeros) with block-format weights on the 8-bit integer tensor
 /// cores (x rounded to int8 per 32 values, as the mv kernels do), in K stages of
@@ -111,9 +111,8 @@ LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t sha
 /// cluster's 8: fewer, longer splits make the whole batched step slower (onepass bench
 /// --parallel 8). The weights are read once per block for all rows of x and x once per
 /// block for all its tiles, where the split products read x again for every 64 weight rows.
-/// The rows it takes: exactly 8, and 25 to 32 but for q4_k (onepass bench --parallel 32, H200: llama-8b
-/// q4_0 +17% on the whole step, llama-1b q4_0 -2%; at 16 rows, padded to 32, both models
-/// are faster on the split products).
+/// The rows it takes: exactly 8, and 25 to 32 for q6_k, which gemm_x8 does not take (at 16
+/// rows, padded to 32, the split products are faster).
 inline constexpr int64_t kCudaMmX8MinRows = 8;
 inline constexpr int64_t kCudaMmX8MaxRows = 32;
 inline constexpr int64_t kCudaMmX8M32MinRows = 25;
@@ -131,5 +130,22 @@ constexpr int cuda_mm_x8_flush_tiles(int x_tiles) { return 4 / x_tiles; }
 bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address);
 int64_t cuda_mm_x8_splits(int64_t m, int64_t k);
 LaunchDims cuda_mm_x8_dims(int64_t m, int64_t n, int64_t k, int sms, uint32_t max_shared_bytes);
+/// gemm_x8_<W>_f32 (gemm_x8.cu, a host entry point): the product of kCudaGemmX8MinRows ..
+/// kCudaGemmX8MaxRows rows of x with block-format weights (not q6_k) on the 8-bit integer
+/// tensor cores, x rounded to int8 per 32 values once per call; K a whole number of
+/// kCudaMmX8StageK stages, weight rows whole 16-byte words at such an address. A block takes
+/// a tile of weight rows by a tile of x rows and a range of the K stages (cuda_gemm_x8_splits
+/// ranges), with a ring of weight and x stages in its share of kCudaGemmX8SharedBytes of
+/// shared memory: 256 x 32 tiles, 2 blocks per SM, up to 32 rows of x; 128 x 32, 3 per SM,
+/// up to 64; 128 x 64, 2 per SM, above (chosen by onepass bench --parallel 32, 64 and 128 on
+/// llama-8b q4_0, H200: 4,304, 5,614 and 7,134 decode tok/s, where mm_x8_m32 gave 2,928
+/// at 32 rows and cuBLAS 3,469 and 6,266 at 64 and 128).
+inline constexpr int64_t kCudaGemmX8MinRows = 25;
+inline constexpr int64_t kCudaGemmX8MaxRows = 256;
+inline constexpr int64_t kCudaGemmX8SharedBytes = 200 * 1024;
+bool cuda_gemm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address);
+/// K ranges for `tiles` blocks' worth of tiles of `stages` stages each on `slots` resident
+/// blocks: the fewest that minimise waves x stages per range.
+int64_t cuda_gemm_x8_splits(int64_t tiles, int64_t stages, int slots);
 
 }  // namespace onepass::cuda

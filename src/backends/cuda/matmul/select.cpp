@@ -46,10 +46,8 @@ bool cuda_mm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t addre
   const bool formats = w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0 || w == DType::q5_0 ||
                        w == DType::q5_1 || w == DType::q4_k || w == DType::q5_k || w == DType::q6_k;
   const int64_t word = w == DType::q6_k ? 8 : 16;
-  // q4_k's 32-row body spills registers (384 bytes of loads): 25..32 rows of it stay on the
-  // split products.
-  const bool rows = m == kCudaMmX8TileRows ||
-                    (m >= kCudaMmX8M32MinRows && m <= kCudaMmX8MaxRows && w != DType::q4_k);
+  // 25..32 rows: q6_k (the other formats take gemm_x8).
+  const bool rows = m == kCudaMmX8TileRows || (m >= kCudaMmX8M32MinRows && m <= kCudaMmX8MaxRows && w == DType::q6_k);
   return formats && rows && k % kCudaMmX8StageK == 0 &&
          k / kCudaMmX8StageK <= int64_t{kMaxClusterBlocks} * x8_block_stages(m) && row_bytes % word == 0 &&
          address % word == 0;
@@ -76,6 +74,24 @@ LaunchDims cuda_mm_x8_dims(int64_t m, int64_t n, int64_t k, int sms, uint32_t ma
   dims.shared_bytes = static_cast<uint32_t>(max_shared_bytes - kCudaMmX8XBytes +
                                             per * kCudaMmX8TileRows * cuda_mm_x8_tiles(m) * kCudaMmX8XRowBytes);
   return dims;
+}
+
+bool cuda_gemm_x8(DType w, int64_t m, int64_t k, int64_t row_bytes, uint64_t address) {
+  const bool formats = w == DType::q4_0 || w == DType::q4_1 || w == DType::q8_0 || w == DType::q5_0 ||
+                       w == DType::q5_1 || w == DType::q4_k || w == DType::q5_k;
+  return formats && m >= kCudaGemmX8MinRows && m <= kCudaGemmX8MaxRows && k % kCudaMmX8StageK == 0 &&
+         row_bytes % 16 == 0 && address % 16 == 0;
+}
+
+int64_t cuda_gemm_x8_splits(int64_t tiles, int64_t stages, int slots) {
+  slots = std::max(1, slots);
+  int64_t best = 1, best_cost = -1;
+  for (int64_t s = 1; s <= std::min<int64_t>(stages, 16); ++s) {
+    const int64_t waves = (tiles * s + slots - 1) / slots;
+    const int64_t cost = waves * ((stages + s - 1) / s);
+    if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
 }
 
 LaunchDims cuda_mm_split_dims(int64_t m, int64_t n, int64_t splits, uint32_t shared_bytes) {
@@ -191,7 +207,11 @@ Product choose_product(const Backend& b, const ops::MatmulArgs& a, DType w, int6
   const KernelRegistry& registry = b.registry();
   // mv stages x in shared memory: larger x goes to the matrix-matrix kernels.
   const bool mv = m <= ops::kMatmulMvMaxRows && cuda_mv_shared_bytes(quantized, m, k) <= kCudaMvSharedLimit;
-  // 8 or 25..32 rows of x on block formats: the 8-bit integer tensor cores (cuda_mm_x8).
+  // A few dozen to a few hundred rows on block formats: the 8-bit integer tensor cores with
+  // x rounded once per call (cuda_gemm_x8).
+  const std::string gemm_x8 = cat("gemm_x8_", type, "_f32");
+  if (cuda_gemm_x8(w, m, k, a.w_row_bytes, address) && registry.contains(gemm_x8)) return {gemm_x8, LaunchDims{}, false};
+  // 8 rows of x on block formats, or 25..32 of q6_k: the 8-bit integer tensor cores (cuda_mm_x8).
   const std::string x8 = cat(cuda_mm_x8_tiles(m) == 1 ? "mm_x8_" : "mm_x8_m32_", type, "_f32");
   if (cuda_mm_x8(w, m, k, a.w_row_bytes, address) && registry.contains(x8)) {
     return {x8, cuda_mm_x8_dims(m, n, k, b.info().multiprocessors, registry.get(x8).max_shared_bytes), true};
