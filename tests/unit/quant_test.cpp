@@ -776,8 +776,8 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
   constexpr cpu::Isa kIsa = cpu::Isa::avx512_vnni;
-  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q8_0, DType::q2_k, DType::q3_k, DType::q4_k,
-                  DType::q5_k, DType::q6_k}) {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl, DType::q2_k,
+                  DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k, DType::iq4_xs}) {
     SCOPED_TRACE(dtype_name(t));
     const cpu::RowKernels& kernels = cpu::row_kernels(t, kIsa);
     ASSERT_NE(kernels.decode_int16, nullptr);

@@ -717,6 +717,10 @@ DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa) {
       return avx512_vnni::decode_int16<avx512_vnni::Q5_0Decode>;
     case DType::q8_0:
       return avx512_vnni::decode_int16<avx512_vnni::Q8_0>;
+    case DType::q5_1:
+      return avx512_vnni::decode_int16<avx512_vnni::Q5_1>;
+    case DType::iq4_nl:
+      return avx512_vnni::decode_int16<avx512_vnni::IQ4_NL>;
     default:
       break;
   }

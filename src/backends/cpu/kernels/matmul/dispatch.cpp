@@ -117,6 +117,7 @@ KernelTable make_table(Isa isa) {
       kernels.decode_int16 = block32_int16_decode(w, isa);
       if (kernels.decode_int16 == nullptr) kernels.decode_int16 = kquant_int16_decode(w, isa);
       if (kernels.decode_int16 == nullptr) kernels.decode_int16 = kquant_low_int16_decode(w, isa);
+      if (kernels.decode_int16 == nullptr) kernels.decode_int16 = iq4_xs_int16_decode(w, isa);
       if (kernels.decode_int16 == nullptr) {
         kernels.decode_int16 = kquant16_decode_int16(w, isa);
         kernels.decode_int16_half_blocks = kernels.decode_int16 != nullptr;

@@ -12,7 +12,8 @@
 // vpdpwssd per row of x into int32 lanes (one lane per weight row, 32 products each), then
 // the block's exact integer sum times the rows' scales into an f32 sum per XInt16 group,
 // that sum times the group's scale into the output, and the offsets times x's block sums.
-// No lane overflows: |x| <= 32768 and the decoders' |w| < 2048 (q4_0 8, q4_1 15, q5_0 16, q8_0 128,
+// No lane overflows: |x| <= 32768 and the decoders' |w| < 2048 (q4_0 8, q4_1 15, q5_0 16, q5_1 31,
+// q8_0 128, iq4_nl and iq4_xs 127 (their grid values; iq4_xs's run scale goes with d),
 // q4_k 63 · 15 = 945, q5_k 63 · 31 = 1953), so 32 · 2047 · 32768 < 2^31.
 //
 // The k-quants with a scale per 16 values (q2_k, q6_k) are packed as half blocks: the bare

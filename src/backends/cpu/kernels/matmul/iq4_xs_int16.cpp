@@ -73,6 +73,29 @@ inline __m512i run_values(const uint8_t* b, int u, const int16_t* scales) {
   return _mm512_mullo_epi16(_mm512_cvtepi8_epi16(grid_values), _mm512_set1_epi16(scales[u]));
 }
 
+// DecodeRowInt16Fn of the integer GEMM: each run's grid values kIq4Values[q] (|.| <= 127,
+// within its 16-bit lanes' bound) with the run's scale d · (sc - 32), no offset.
+void iq4_xs_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  const auto* w = static_cast<const uint8_t*>(row);
+  const __m256i grid =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values)));
+  const __m256i matrix = _mm256_setr_epi64x(nibble_matrix(0), nibble_matrix(0), nibble_matrix(4), nibble_matrix(4));
+  for (int64_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* b = w + sb * kIQ4XSBytes;
+    alignas(16) int16_t run_scale[8];
+    run_scales_simd(b, run_scale);
+    const float d = half_at(b);
+    for (int u = 0; u < 8; ++u) {
+      const __m256i raw =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * u)));
+      const __m256i grid_values = _mm256_shuffle_epi8(grid, _mm256_gf2p8affine_epi64_epi8(raw, matrix, 0));
+      _mm512_storeu_si512(values + 256 * sb + 32 * u, _mm512_cvtepi8_epi16(grid_values));
+      scales[8 * sb + u] = d * static_cast<float>(run_scale[u]);
+      offsets[8 * sb + u] = 0.0f;
+    }
+  }
+}
+
 // M rows of x with one weight row: each run decoded once and dotted with every row into
 // one integer sum per row and super-block, then d · group scale into the row's f32 sum.
 template <int M>
@@ -233,6 +256,16 @@ DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (w == DType::iq4_xs && isa == Isa::avx512_vnni) return avx512_vnni::iq4_xs_dot_rows;
   if (w == DType::iq4_xs && (isa == Isa::avx2 || isa == Isa::avx512)) return avx2::iq4_xs_dot_rows;
+#else
+  (void)w;
+  (void)isa;
+#endif
+  return nullptr;
+}
+
+DecodeRowInt16Fn iq4_xs_int16_decode(DType w, Isa isa) {
+#if ONEPASS_CPU_X86
+  if (w == DType::iq4_xs && isa == Isa::avx512_vnni) return avx512_vnni::iq4_xs_decode_int16;
 #else
   (void)w;
   (void)isa;

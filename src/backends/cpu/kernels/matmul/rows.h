@@ -65,13 +65,14 @@ DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
 // The 16-bit integer row decoders of the integer GEMM (RowKernels::decode_int16) on
-// Isa::avx512_vnni: q4_0, q4_1, q5_0 and q8_0 (block32_int16.cpp), q4_k and q5_k
+// Isa::avx512_vnni: q4_0, q4_1, q5_0, q5_1, q8_0 and iq4_nl (block32_int16.cpp), q4_k and q5_k
 // (kquant_int16.cpp), q3_k (kquant_low_int16.cpp), q2_k and q6_k with scales per 16 values
-// (kquant16_decode_int16.cpp); null for the other types and sets.
+// (kquant16_decode_int16.cpp), iq4_xs (iq4_xs_int16.cpp); null for the other types and sets.
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_low_int16_decode(DType w, Isa isa);  // q3_k (kquant_low_int16.cpp)
 DecodeRowInt16Fn kquant16_decode_int16(DType w, Isa isa);    // q2_k, q6_k (half blocks)
+DecodeRowInt16Fn iq4_xs_int16_decode(DType w, Isa isa);      // iq4_xs (iq4_xs_int16.cpp)
 // The 4- and 5-bit kernels on XInt16Bytes (q4_split_x.cpp): q4_0, q4_1, q5_0 and q5_1 on
 // Isa::avx512_vnni with VBMI; null for the other types and sets.
 DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
