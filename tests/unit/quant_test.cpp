@@ -18,6 +18,7 @@
 
 #include "onepass/ops/ops.h"
 #include "onepass/exec/graph_session.h"
+#include "onepass/ops/matmul.h"
 #include "onepass/ops/matmul_id.h"
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
@@ -1189,6 +1190,51 @@ TEST(CpuMatmul, ResultsDoNotDependOnThreads) {
         EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * 4), 0)
             << "M " << m << ", pool " << i;
       }
+    }
+  }
+}
+
+// The CPU's matrix-matrix kernel of the integer GEMM types called directly on runs of its
+// blocks, as a pool would hand them out: one run of all blocks, every split into two runs
+// (inside a weight tile's x-row blocks or across tiles), and single blocks; every run
+// writes exactly its outputs (the others keep their poison) and the bits do not depend on
+// the runs. 150 rows of x are three x-row blocks, 40 weight rows three tiles.
+TEST(CpuMatmul, IntegerGemmRunsGiveTheSameBits) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int64_t m = 150, n = 40, k = 512;
+  auto backend = testing::cpu_backend();
+  for (DType t : {DType::q6_k, DType::q4_k, DType::q2_k, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const std::vector<uint8_t> wq = quantized(t, uniform(static_cast<size_t>(n * k), rng));
+    const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
+    ops::MatmulArgs a{};
+    a.x = x.data();
+    a.w = wq.data();
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.x_stride = k;
+    a.w_row_bytes = static_cast<int64_t>(wq.size()) / n;
+    a.out_stride = n;
+    KernelRequest r{"matmul", t, t, m, n, &a, sizeof(a)};
+    const KernelChoice c = backend->choose_kernel(r);
+    ASSERT_NE(c.kernel, nullptr);
+    const uint64_t blocks = c.dims.grid.count();
+    auto run = [&](const std::vector<uint64_t>& cuts) {
+      std::vector<float> out(static_cast<size_t>(m * n), NAN);
+      a.out = out.data();
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) c.kernel->cpu(&a, c.dims, cuts[i], cuts[i + 1]);
+      return out;
+    };
+    const std::vector<float> whole = run({0, blocks});
+    for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+    std::vector<uint64_t> singles;
+    for (uint64_t b = 0; b <= blocks; ++b) singles.push_back(b);
+    std::vector<std::vector<uint64_t>> splits = {singles};
+    for (uint64_t s = 1; s < blocks; ++s) splits.push_back({0, s, blocks});
+    for (const auto& cuts : splits) {
+      const std::vector<float> out = run(cuts);
+      ASSERT_EQ(std::memcmp(out.data(), whole.data(), whole.size() * 4), 0) << "runs cut at " << cuts[1];
     }
   }
 }
