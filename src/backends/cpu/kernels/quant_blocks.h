@@ -75,12 +75,12 @@ inline constexpr int64_t kXInt16Group = 256;
 /// of odd index.
 enum class XInt16Order : uint8_t { values, even_odd };
 
-/// Rounds m rows of k values of x (k a multiple of 32; of 64 for even_odd) into a
-/// per-thread buffer (valid until the thread's next call), with block sums when
+/// Rounds m rows of k values of x (k a multiple of 32; of 64 for even_odd) into per-thread
+/// scratch slot `slot` (valid until the thread's next use of it), with block sums when
 /// `block_sums` is set, using `isa` (any but Isa::portable; avx512_vnni for even_odd; every
 /// set gives the same integers and scales).
 XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
-                     Isa isa);
+                     Isa isa, int slot = 1);
 
 /// out[i * out_stride] = Σ_j x_i[j] · w_row[j] for i < m with x rounded as XInt16 says;
 /// f32 accumulation of exact integer block products.
@@ -239,8 +239,9 @@ extern const float* const kHalfToFloat;
 
 /// A per-thread f32 buffer of at least `count` values, 64-byte aligned (reused across
 /// calls; its contents do not survive a call asking for more). Slot 0 holds decoded weight
-/// tiles and the fused products' normalised x, slot 1 the rounded x of round_x_int16.
-inline constexpr int kThreadScratchSlots = 2;
+/// tiles and the fused products' normalised x, slot 1 the rounded x of round_x_int16, slot 2
+/// the integer GEMM's rounded x, kept for its tasks of one level (mm.cpp).
+inline constexpr int kThreadScratchSlots = 3;
 float* thread_scratch(int64_t count, int slot = 0);
 
 /// The weight types of matmul, matmul_id and embedding, in registration order.

@@ -23,12 +23,38 @@ XInt16 rows_from(const XInt16& x, int64_t row) {
   return rows;
 }
 
+// x of a matmul rounded for the integer GEMM in per-thread scratch slot 2, all m rows, and
+// what it was rounded from: a thread's later tasks of the same level (cpu_level_id) with the
+// same x take it as it is.
+struct RoundedX {
+  uint64_t level = 0;
+  const float* x = nullptr;
+  int64_t x_stride = 0, m = 0, k = 0;
+  bool block_sums = false;
+  XInt16 rounded;
+};
+
+const XInt16& rounded_x(const ops::MatmulArgs& a, bool block_sums, Isa isa) {
+  thread_local RoundedX kept;
+  const uint64_t level = cpu_level_id();
+  if (level == 0 || kept.level != level || kept.x != a.x || kept.x_stride != a.x_stride || kept.m != a.m ||
+      kept.k != a.k || kept.block_sums != block_sums) {
+    kept.rounded = round_x_int16(a.x, a.x_stride, a.m, a.k, block_sums, XInt16Order::values, isa, 2);
+    kept.level = level;
+    kept.x = a.x;
+    kept.x_stride = a.x_stride;
+    kept.m = a.m;
+    kept.k = a.k;
+    kept.block_sums = block_sums;
+  }
+  return kept.rounded;
+}
+
 // The blocks [first, end) through the integer GEMM, weight tiles outermost: block b is
-// weight-row tile b / grid.y with x-row block b % grid.y, so a run of blocks packs each of
-// its tiles once for all the rows of x it meets (decoding and packing a q6_k tile costs
-// about a third of its products with 64 rows of x). The run rounds the rows of x it meets
-// once, all of them as soon as it spans two tiles; mm_prepares_input_per_call gives each
-// thread one run.
+// weight-row tile b / grid.y with x-row block b % grid.y, so a task packs each of its tiles
+// once for all the rows of x it meets (decoding and packing a q6_k tile costs about a third
+// of its products with 64 rows of x), and x, all its rows, is rounded once per thread and
+// level (rounded_x).
 template <DType W>
 void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchDims& dims, uint64_t first,
               uint64_t end, Isa isa) {
@@ -36,36 +62,25 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
   const int64_t chunk_bytes = static_cast<int64_t>(dtype_size(W)) * (256 / dtype_block_elems(W));
   const auto* w = static_cast<const uint8_t*>(a.w);
   const uint64_t x_blocks = dims.grid.y;
-  if (first >= end) return;
-  // The x-row blocks the run meets: a range within one tile, else all of them.
-  uint64_t x_first = 0, x_end = x_blocks;
-  if (first / x_blocks == (end - 1) / x_blocks) {
-    x_first = first % x_blocks;
-    x_end = (end - 1) % x_blocks + 1;
-  }
-  const int64_t m0 = static_cast<int64_t>(x_first) * kCpuMmColsPerBlock;
-  const int64_t m1 = std::min(a.m, static_cast<int64_t>(x_end) * kCpuMmColsPerBlock);
-  if (m1 <= m0) return;
-  const XInt16 x = round_x_int16(a.x + m0 * a.x_stride, a.x_stride, m1 - m0, a.k, kernels.int16_block_sums,
-                                 XInt16Order::values, isa);
+  const XInt16& x = rounded_x(a, kernels.int16_block_sums, isa);
   // q2_k's mins: offsets per 16 values times the sums of x's integers.
   const bool half_block_offsets = kernels.decode_int16_half_blocks && W == DType::q2_k;
-  const float* half_sums = half_block_offsets ? int16_half_block_sums(x, m1 - m0) : nullptr;
+  const float* half_sums = half_block_offsets ? int16_half_block_sums(x, a.m) : nullptr;
   int64_t packed_n0 = -1;
   Int16Tile tile;
   for (uint64_t b = first; b < end; ++b) {
     const int64_t n0 = static_cast<int64_t>(b / x_blocks) * kCpuMmRowsPerBlock;
-    const int64_t row = static_cast<int64_t>(b % x_blocks) * kCpuMmColsPerBlock;
+    const int64_t m0 = static_cast<int64_t>(b % x_blocks) * kCpuMmColsPerBlock;
     const int64_t n_count = std::min(a.n - n0, kCpuMmRowsPerBlock);
-    const int64_t m_count = std::min(a.m - row, kCpuMmColsPerBlock);
+    const int64_t m_count = std::min(a.m - m0, kCpuMmColsPerBlock);
     if (n_count <= 0 || m_count <= 0) continue;
     if (n0 != packed_n0) {
       tile = pack_int16_tile(kernels.decode_int16, w + n0 * a.w_row_bytes, a.w_row_bytes, n_count, a.k, chunk_bytes,
                              kernels.int16_block_sums || half_block_offsets, kernels.decode_int16_half_blocks);
       packed_n0 = n0;
     }
-    gemm_int16(tile, rows_from(x, row - m0), m_count, a.out + row * a.out_stride + n0, a.out_stride,
-               half_sums != nullptr ? half_sums + (row - m0) * (a.k / 16) : nullptr);
+    gemm_int16(tile, rows_from(x, m0), m_count, a.out + m0 * a.out_stride + n0, a.out_stride,
+               half_sums != nullptr ? half_sums + m0 * (a.k / 16) : nullptr);
   }
 }
 
@@ -113,10 +128,8 @@ void mm(const void* raw, const LaunchDims& dims, uint64_t first, uint64_t end) {
 
 }  // namespace
 
-bool mm_prepares_input_per_call(DType w) {
-  if (amx_mm_type(w) && (active_isa() == Isa::amx || amx_emulation())) return true;
-  const Isa isa = vector_isa(active_isa());
-  return isa != Isa::portable && row_kernels(w, isa).decode_int16 != nullptr;
+bool mm_packs_x_per_call(DType w) {
+  return amx_mm_type(w) && (active_isa() == Isa::amx || amx_emulation());
 }
 
 CpuKernelFn mm_kernel(DType w) {

@@ -24,7 +24,7 @@ bool prepares_input_per_call(CpuKernelFn fn) {
   if (fn == nullptr) return false;
   for (DType w : kMatmulWeightTypes) {
     if (fn == mv_kernel(w) || fn == mv_fused_kernel(w)) return true;
-    if (fn == mm_kernel(w) && mm_prepares_input_per_call(w)) return true;
+    if (fn == mm_kernel(w) && mm_packs_x_per_call(w)) return true;
   }
   return false;
 }

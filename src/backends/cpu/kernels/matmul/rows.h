@@ -172,9 +172,8 @@ void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, i
 CpuKernelFn mv_kernel(DType w);
 CpuKernelFn mm_kernel(DType w);
 CpuKernelFn mv_fused_kernel(DType w);
-/// Whether mm_<w>_f32 prepares its input in each call, for all the blocks of the call (the
-/// AMX path packs its rows of x; the integer GEMM rounds x and packs each weight tile once
-/// for all the rows of x of the call), so that each thread should take one run of blocks.
-bool mm_prepares_input_per_call(DType w);
+/// Whether mm_<w>_f32 prepares x in each call (the AMX path packs its rows of x once per
+/// call for all the blocks of the call that share them).
+bool mm_packs_x_per_call(DType w);
 
 }  // namespace onepass::cpu
