@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "onepass/ops/ops.h"
+#include "onepass/exec/captured_graph.h"
 #include "onepass/exec/graph_session.h"
 #include "onepass/ops/matmul.h"
 #include "onepass/ops/matmul_id.h"
@@ -1190,6 +1191,37 @@ TEST(CpuMatmul, ResultsDoNotDependOnThreads) {
         EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * 4), 0)
             << "M " << m << ", pool " << i;
       }
+    }
+  }
+}
+
+// The integer GEMM keeps x rounded for a thread's later tasks of the same level: x scaled
+// in place by 2 between two products of one graph (three levels) must give exactly twice
+// the first product (the same integers, doubled group scales), in the first run and again
+// in a replay with new x.
+TEST(CpuMatmul, IntegerGemmRoundsXAgainInEveryLevel) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int64_t m = 150, n = 40, k = 512;
+  auto backend = testing::cpu_backend();
+  for (DType t : {DType::q6_k, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    TensorView xt = backend->alloc_tensor(DType::f32, {m, k});
+    TensorView wt = backend->alloc_tensor(t, {n, k});
+    TensorView first = backend->alloc_tensor(DType::f32, {m, n});
+    TensorView second = backend->alloc_tensor(DType::f32, {m, n});
+    wt.view.write(quantized(t, uniform(static_cast<size_t>(n * k), rng)));
+    GraphExecutor executor(backend);
+    GraphSession session = executor.begin_recorded();
+    ops::matmul(session, xt, wt, first);
+    ops::scale(session, xt, 2.0f, xt);
+    ops::matmul(session, xt, wt, second);
+    CapturedGraph graph(*backend, session.take_graph(), CaptureOptions{});
+    for (int replay = 0; replay < 2; ++replay) {
+      xt.view.write(uniform(static_cast<size_t>(m * k), rng));
+      graph.run();
+      const std::vector<float> a = first.view.read_as<float>();
+      const std::vector<float> b = second.view.read_as<float>();
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[i], 2.0f * a[i]) << "replay " << replay << ", element " << i;
     }
   }
 }
