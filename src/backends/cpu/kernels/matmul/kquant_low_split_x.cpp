@@ -222,9 +222,9 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16GroupBytes& x
 template <typename Fmt>
 void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16GroupBytes& x, float* out) {
   const auto* w = static_cast<const uint8_t*>(rows);
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) dot_rows_r<Fmt, 4>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) dot_rows_r<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    dot_rows_r<Fmt, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 // Rounds as block32_int16.cpp's round_row does (per group, step = largest |x| / 32767,

@@ -260,9 +260,9 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16GroupBytes& x
 template <typename Fmt>
 void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16GroupBytes& x, float* out) {
   const auto* w = static_cast<const uint8_t*>(rows);
-  int64_t r = 0;
-  for (; r + 2 <= n; r += 2) dot_rows_r<Fmt, 2>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) dot_rows_r<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<2>(n, [&]<int kRows>(int64_t r) {
+    dot_rows_r<Fmt, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 }  // namespace
