@@ -1,7 +1,7 @@
 // Matrix-vector throughput of the CPU kernels for the quantized weight formats, in GB/s of
 // weights read, next to the machine's memcpy bandwidth.
 //
-//   bench_quant_cpu [--threads N] [--quick] [--only FORMAT[,FORMAT...]] [--shape NxK]
+//   bench_quant_cpu [--threads N] [--quick] [--only FORMAT[,FORMAT...]] [--shape NxK] [--rows M]
 //
 // For each format and shape N x K:
 //   kernel  one thread calling the kernel directly on one cache-resident weight matrix
@@ -9,6 +9,9 @@
 //   hot     the op replayed through the thread pool on one weight matrix (stays in cache)
 //   cold    the op on enough copies of the matrix (>= 512 MiB) that every replay reads the
 //           weights from DRAM, as a decode step over a whole model does
+// With --rows M (M > 1), the matrix-matrix product of M rows of x instead, in GMAC/s:
+//   kernel  one thread calling the kernel directly on all blocks (compute speed per core)
+//   hot     the op replayed through the thread pool on one weight matrix
 // Medians over repetitions after warm-up; inputs are random, never zeros.
 #include <algorithm>
 #include <chrono>
@@ -151,7 +154,7 @@ double replay_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
   GraphSession session = executor.begin_recorded();
   std::vector<TensorView> outs;
   for (const Weights& w : weights) {
-    outs.push_back(backend->alloc_tensor(DType::f32, {1, n}));
+    outs.push_back(backend->alloc_tensor(DType::f32, {x.rows(), n}));
     emit(session, f, x, w, outs.back());
   }
   CaptureOptions options;
@@ -172,7 +175,7 @@ double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
     a.scales = w.scales.data();
     a.biases = w.biases.data();
     a.out = static_cast<float*>(out.data());
-    a.m = 1;
+    a.m = x.rows();
     a.n = n;
     a.k = k;
     a.x_stride = k;
@@ -182,7 +185,7 @@ double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
     a.out_stride = n;
     a.bits = f.affine_format.bits;
     a.group_size = f.affine_format.group_size;
-    KernelRequest r{"matmul_affine", f.affine_format.scale_type, f.affine_format.scale_type, 1, n, &a, sizeof(a)};
+    KernelRequest r{"matmul_affine", f.affine_format.scale_type, f.affine_format.scale_type, a.m, n, &a, sizeof(a)};
     const KernelChoice c = backend->choose_kernel(r);
     return median_seconds([&] { c.kernel->cpu(&a, c.dims, 0, c.dims.grid.count()); }, 3, 15);
   }
@@ -190,13 +193,13 @@ double kernel_seconds(const std::shared_ptr<Backend>& backend, const Format& f, 
   a.x = static_cast<const float*>(x.data());
   a.w = w.w.data();
   a.out = static_cast<float*>(out.data());
-  a.m = 1;
+  a.m = x.rows();
   a.n = n;
   a.k = k;
   a.x_stride = k;
   a.w_row_bytes = static_cast<int64_t>(w.w.row_stride);
   a.out_stride = n;
-  KernelRequest r{"matmul", f.type, f.type, 1, n, &a, sizeof(a)};
+  KernelRequest r{"matmul", f.type, f.type, a.m, n, &a, sizeof(a)};
   const KernelChoice c = backend->choose_kernel(r);
   return median_seconds([&] { c.kernel->cpu(&a, c.dims, 0, c.dims.grid.count()); }, 3, 15);
 }
@@ -208,6 +211,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string only;  // comma-separated format names; empty: all
   std::vector<std::pair<int64_t, int64_t>> chosen_shapes;
+  int64_t rows = 1;  // rows of x
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--threads" && i + 1 < argc) {
@@ -223,8 +227,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       chosen_shapes.emplace_back(n, k);
+    } else if (arg == "--rows" && i + 1 < argc) {
+      rows = std::atoll(argv[++i]);
+      if (rows < 1) {
+        std::fprintf(stderr, "--rows takes M >= 1\n");
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--only FORMAT[,FORMAT...]] [--shape NxK]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--only FORMAT[,FORMAT...]] [--shape NxK] [--rows M]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -265,9 +276,14 @@ int main(int argc, char** argv) {
         {1536, 576}, {576, 1536}, {8192, 2048}, {2048, 8192}};
     if (quick) shapes = {{1536, 576}, {8192, 2048}};
     if (!chosen_shapes.empty()) shapes = chosen_shapes;
-    std::printf("matrix-vector (M = 1), GB/s of weights read (weights + scales)\n");
-    std::printf("%-9s %-11s %9s %9s %9s %9s %11s %8s\n", "format", "N x K", "MB", "kernel", "hot",
-                "cold", "cold us", "cold/bw");
+    if (rows > 1) {
+      std::printf("matrix-matrix (M = %lld), GMAC/s\n", static_cast<long long>(rows));
+      std::printf("%-9s %-11s %9s %9s %9s %11s\n", "format", "N x K", "MB", "kernel", "hot", "hot us");
+    } else {
+      std::printf("matrix-vector (M = 1), GB/s of weights read (weights + scales)\n");
+      std::printf("%-9s %-11s %9s %9s %9s %9s %11s %8s\n", "format", "N x K", "MB", "kernel", "hot",
+                  "cold", "cold us", "cold/bw");
+    }
     std::mt19937_64 rng(42);
     for (const Format& f : formats) {
       if (!only.empty() && only.find("," + f.name + ",") == std::string::npos) continue;
@@ -279,14 +295,22 @@ int main(int argc, char** argv) {
                       static_cast<long long>(block));
           continue;
         }
-        TensorView x = backend->alloc_tensor(DType::f32, {1, k});
-        std::vector<float> xv(static_cast<size_t>(k));
+        TensorView x = backend->alloc_tensor(DType::f32, {rows, k});
+        std::vector<float> xv(static_cast<size_t>(rows * k));
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
         for (float& v : xv) v = dist(rng);
         x.view.write(xv);
-        TensorView out = backend->alloc_tensor(DType::f32, {1, n});
+        TensorView out = backend->alloc_tensor(DType::f32, {rows, n});
         const Weights w = make_weights(*backend, f, n, k, rng);
         const double gb = static_cast<double>(w.bytes) / 1e9;
+        if (rows > 1) {
+          const double macs = static_cast<double>(rows * n * k) / 1e9;
+          const double kernel = macs / kernel_seconds(backend, f, x, w, out, n, k);
+          const double hot_s = replay_seconds(backend, f, x, {w}, n);
+          std::printf("%-9s %5lldx%-5lld %9.2f %9.1f %9.1f %11.1f\n", f.name.c_str(), static_cast<long long>(n),
+                      static_cast<long long>(k), gb * 1e3, kernel, macs / hot_s, hot_s * 1e6);
+          continue;
+        }
         const double kernel = gb / kernel_seconds(backend, f, x, w, out, n, k);
         const double hot = gb / replay_seconds(backend, f, x, {w}, n);
         const size_t copies = std::max<size_t>(2, copy_bytes / w.bytes);

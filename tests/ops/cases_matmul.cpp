@@ -242,6 +242,7 @@ ONEPASS_OP_CASES(matmul) {
     }
     const int64_t k = std::max<int64_t>(dtype_block_elems(t) * 2, 96);
     if (dtype_is_quantized(t)) {
+      add_case(cases, t, 1, 33, k, 0, true);   // mv, one row of x (the CPU's byte kernels)
       add_case(cases, t, 2, 33, k, 0, true);   // mv
       add_case(cases, t, 19, 33, k, 0, true);  // mm
     }

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "onepass/ops/ops.h"
+#include "onepass/exec/captured_graph.h"
 #include "onepass/exec/graph_session.h"
+#include "onepass/ops/matmul.h"
 #include "onepass/ops/matmul_id.h"
 #include "onepass/ops/quant.h"
 #include "support/testing.h"
@@ -870,21 +872,26 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
 }
 
 // The k-quants' rows on x split into bytes per 256-value group (avx512_vnni), q2_k's and
-// q3_k's in XInt16GroupOrder::bit_pairs, q4_k's and q5_k's in nibbles: the layout holds
-// exactly round_x_int16's integers, group scales and sums (the quarters' integer sums, or
-// the sub-blocks' f32 block sums); one row of x against n weight rows through both passes
-// (several rows, 1 row), groups of very different sizes; each row within the 16-bit x tolerance of
-// float64, and the same bits whatever n and its place.
+// q3_k's in XInt16GroupOrder::bit_pairs, q4_k's and q5_k's in nibbles, q6_k's in values: the
+// layout holds exactly round_x_int16's integers, group scales and sums (the quarters' integer
+// sums, the sub-blocks' f32 block sums, or -32 times the sums of each 32-bit lane's high
+// bytes); one row of x against n weight rows (random bytes: every quant and scale) through
+// both passes (several rows, 1 row), groups of very different sizes; each row within the
+// 16-bit x tolerance of float64, and the same bits whatever n and its place.
 TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
   if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(cat("seed ", seed));
   std::mt19937_64 rng(seed);
-  for (DType t : {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k}) {
+  for (DType t : {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k}) {
     const cpu::RowKernels& kernels = cpu::row_kernels(t, cpu::Isa::avx512_vnni);
     ASSERT_NE(kernels.dot_weight_rows_group_bytes, nullptr) << dtype_name(t);
     const bool nibbles = kernels.group_bytes_order == cpu::XInt16GroupOrder::nibbles;
+    const bool values = kernels.group_bytes_order == cpu::XInt16GroupOrder::values;
     ASSERT_EQ(nibbles, t == DType::q4_k || t == DType::q5_k) << dtype_name(t);
+    ASSERT_EQ(values, t == DType::q6_k) << dtype_name(t);
+    const int64_t group_bytes = cpu::x_int16_group_bytes(kernels.group_bytes_order);
+    const int64_t part_bytes = values ? 192 : 128;  // l, h (and with values the part's sums)
     for (int64_t k : {256, 512, 2304, 8192}) {
       SCOPED_TRACE(cat(dtype_name(t), " k ", k));
       const int64_t n = 9;
@@ -902,19 +909,29 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
       const cpu::XInt16GroupBytes xb = cpu::round_x_int16_group_bytes(x.data(), k, kernels.group_bytes_order);
       for (int64_t g = 0; g < k / 256; ++g) {
         ASSERT_EQ(xb.group_scale[g], int_scales[g]) << "group " << g;
-        const uint8_t* group = xb.groups + g * cpu::kXInt16GroupBytes;
+        const uint8_t* group = xb.groups + g * group_bytes;
         for (int part = 0; part < 4; ++part) {
           for (int i = 0; i < 4; ++i) {
             int32_t sum = 0;
             for (int e = 0; e < 16; ++e) {
               const int64_t v = 256 * g + e +
-                                (nibbles ? 64 * i + 32 * (part % 2) + 16 * (part / 2) : 32 * part + 16 * (i % 2) + 128 * (i / 2));
+                                (values    ? 64 * part + 16 * i
+                                 : nibbles ? 64 * i + 32 * (part % 2) + 16 * (part / 2)
+                                           : 32 * part + 16 * (i % 2) + 128 * (i / 2));
               const int b = 16 * i + e;
-              const int value = 256 * static_cast<int8_t>(group[128 * part + 64 + b]) + group[128 * part + b];
+              const int value = 256 * static_cast<int8_t>(group[part_bytes * part + 64 + b]) + group[part_bytes * part + b];
               ASSERT_EQ(value, ints[v]) << "value " << v;
               sum += value;
             }
-            if (nibbles) continue;
+            if (values) {
+              for (int d = 4 * i; d < 4 * i + 4; ++d) {
+                int32_t high = 0, stored = 0;
+                for (int e = 0; e < 4; ++e) high += static_cast<int8_t>(group[part_bytes * part + 64 + 4 * d + e]);
+                std::memcpy(&stored, group + part_bytes * part + 128 + 4 * d, 4);
+                ASSERT_EQ(stored, -32 * high) << "group " << g << " part " << part << " lane " << d;
+              }
+            }
+            if (nibbles || values) continue;
             int32_t stored = 0;
             std::memcpy(&stored, group + 512 + 4 * (4 * i + part), 4);
             ASSERT_EQ(stored, sum) << "group " << g << " part " << part << " quarter " << i;
@@ -932,7 +949,8 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
       for (int64_t r = 0; r < n; ++r) {
         double ref = 0;
         double atol = dot_tolerance(x.data(), &w[r * k], &offsets[r * k], k, ref);
-        // q4_k's and q5_k's mins use x's exact block sums, q2_k's its rounded integers.
+        // q4_k's and q5_k's mins use x's exact block sums, q2_k's its rounded integers (q3_k
+        // and q6_k have none).
         atol += x_int16_rounding(x.data(), &w[r * k], nibbles ? &offsets[r * k] : nullptr, k);
         ASSERT_NEAR(out[r], ref, atol) << "row " << r;
         float alone = -1.0f;
@@ -944,6 +962,49 @@ TEST(CpuRowKernels, GroupBytesMatchesFloat64) {
       const cpu::XInt16GroupBytes inf = cpu::round_x_int16_group_bytes(x.data(), k, kernels.group_bytes_order);
       kernels.dot_weight_rows_group_bytes(rows.data(), row_bytes, n, inf, out.data());
       for (int64_t r = 0; r < n; ++r) ASSERT_FALSE(std::isfinite(out[r])) << "row " << r;
+    }
+  }
+}
+
+// q6_k's one-row kernel on x split into bytes at the integer bounds of its 32-bit lanes:
+// every weight d · sc · (q - 32) with sc = -128 or 127 and q = 0 or 63, x all +1 or all -1
+// (integers ±32767: high bytes 127 or -128, low bytes 255 or 1), so each lane's sum of 16
+// products reaches 16 · 4096 · 32767, just below 2^31; a lane that overflowed would be off
+// by 2^32 steps, far outside the tolerance.
+TEST(CpuRowKernels, Q6KGroupBytesAtLaneBounds) {
+  if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
+  const cpu::RowKernels& kernels = cpu::row_kernels(DType::q6_k, cpu::Isa::avx512_vnni);
+  ASSERT_NE(kernels.dot_weight_rows_group_bytes, nullptr);
+  constexpr int64_t k = 512;
+  constexpr int64_t row_bytes = 2 * 210;
+  const int scales[] = {-128, 127};
+  const int quants[] = {0, 63};
+  std::vector<uint8_t> rows;
+  for (int sc : scales) {
+    for (int q : quants) {
+      for (int64_t b = 0; b < k / 256; ++b) {
+        uint8_t block[210];
+        std::memset(block, q == 63 ? 0xFF : 0x00, 192);  // ql (4 low bits) and qh (2 high bits)
+        std::memset(block + 192, static_cast<uint8_t>(static_cast<int8_t>(sc)), 16);
+        const uint16_t d = f32_to_f16(0.5f);
+        std::memcpy(block + 208, &d, 2);
+        rows.insert(rows.end(), block, block + 210);
+      }
+    }
+  }
+  const int64_t n = static_cast<int64_t>(rows.size()) / row_bytes;
+  const std::vector<float> w = dequantized(DType::q6_k, rows);
+  const std::vector<float> no_offsets(static_cast<size_t>(k), 0.0f);
+  for (float sign : {1.0f, -1.0f}) {
+    const std::vector<float> x(static_cast<size_t>(k), sign);
+    const cpu::XInt16GroupBytes xb = cpu::round_x_int16_group_bytes(x.data(), k, kernels.group_bytes_order);
+    std::vector<float> out(static_cast<size_t>(n), 0.0f);
+    kernels.dot_weight_rows_group_bytes(rows.data(), row_bytes, n, xb, out.data());
+    for (int64_t r = 0; r < n; ++r) {
+      double ref = 0;
+      const double atol = dot_tolerance(x.data(), &w[r * k], no_offsets.data(), k, ref) +
+                          x_int16_rounding(x.data(), &w[r * k], nullptr, k);
+      ASSERT_NEAR(out[r], ref, atol) << "x " << sign << ", row " << r;
     }
   }
 }
@@ -1130,6 +1191,82 @@ TEST(CpuMatmul, ResultsDoNotDependOnThreads) {
         EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * 4), 0)
             << "M " << m << ", pool " << i;
       }
+    }
+  }
+}
+
+// The integer GEMM keeps x rounded for a thread's later tasks of the same level: x scaled
+// in place by 2 between two products of one graph (three levels) must give exactly twice
+// the first product (the same integers, doubled group scales), in the first run and again
+// in a replay with new x.
+TEST(CpuMatmul, IntegerGemmRoundsXAgainInEveryLevel) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int64_t m = 150, n = 40, k = 512;
+  auto backend = testing::cpu_backend();
+  for (DType t : {DType::q6_k, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    TensorView xt = backend->alloc_tensor(DType::f32, {m, k});
+    TensorView wt = backend->alloc_tensor(t, {n, k});
+    TensorView first = backend->alloc_tensor(DType::f32, {m, n});
+    TensorView second = backend->alloc_tensor(DType::f32, {m, n});
+    wt.view.write(quantized(t, uniform(static_cast<size_t>(n * k), rng)));
+    GraphExecutor executor(backend);
+    GraphSession session = executor.begin_recorded();
+    ops::matmul(session, xt, wt, first);
+    ops::scale(session, xt, 2.0f, xt);
+    ops::matmul(session, xt, wt, second);
+    CapturedGraph graph(*backend, session.take_graph(), CaptureOptions{});
+    for (int replay = 0; replay < 2; ++replay) {
+      xt.view.write(uniform(static_cast<size_t>(m * k), rng));
+      graph.run();
+      const std::vector<float> a = first.view.read_as<float>();
+      const std::vector<float> b = second.view.read_as<float>();
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[i], 2.0f * a[i]) << "replay " << replay << ", element " << i;
+    }
+  }
+}
+
+// The CPU's matrix-matrix kernel of the integer GEMM types called directly on runs of its
+// blocks, as a pool would hand them out: one run of all blocks, every split into two runs
+// (inside a weight tile's x-row blocks or across tiles), and single blocks; every run
+// writes exactly its outputs (the others keep their poison) and the bits do not depend on
+// the runs. 150 rows of x are three x-row blocks, 40 weight rows three tiles.
+TEST(CpuMatmul, IntegerGemmRunsGiveTheSameBits) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int64_t m = 150, n = 40, k = 512;
+  auto backend = testing::cpu_backend();
+  for (DType t : {DType::q6_k, DType::q4_k, DType::q2_k, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const std::vector<uint8_t> wq = quantized(t, uniform(static_cast<size_t>(n * k), rng));
+    const std::vector<float> x = uniform(static_cast<size_t>(m * k), rng);
+    ops::MatmulArgs a{};
+    a.x = x.data();
+    a.w = wq.data();
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.x_stride = k;
+    a.w_row_bytes = static_cast<int64_t>(wq.size()) / n;
+    a.out_stride = n;
+    KernelRequest r{"matmul", t, t, m, n, &a, sizeof(a)};
+    const KernelChoice c = backend->choose_kernel(r);
+    ASSERT_NE(c.kernel, nullptr);
+    const uint64_t blocks = c.dims.grid.count();
+    auto run = [&](const std::vector<uint64_t>& cuts) {
+      std::vector<float> out(static_cast<size_t>(m * n), NAN);
+      a.out = out.data();
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) c.kernel->cpu(&a, c.dims, cuts[i], cuts[i + 1]);
+      return out;
+    };
+    const std::vector<float> whole = run({0, blocks});
+    for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+    std::vector<uint64_t> singles;
+    for (uint64_t b = 0; b <= blocks; ++b) singles.push_back(b);
+    std::vector<std::vector<uint64_t>> splits = {singles};
+    for (uint64_t s = 1; s < blocks; ++s) splits.push_back({0, s, blocks});
+    for (const auto& cuts : splits) {
+      const std::vector<float> out = run(cuts);
+      ASSERT_EQ(std::memcmp(out.data(), whole.data(), whole.size() * 4), 0) << "runs cut at " << cuts[1];
     }
   }
 }

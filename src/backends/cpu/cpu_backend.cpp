@@ -7,6 +7,7 @@
 #include <sys/sysinfo.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -163,6 +164,14 @@ struct Plan {
   }
 };
 
+thread_local uint64_t tls_level_id = 0;
+
+// A new level id (cpu_level_id) for every level run, over all backends of the process.
+uint64_t new_level_id() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 // Runs a plan level by level on the backend's pool; within a level, the threads take its
 // tasks one at a time from a shared counter.
 class Scheduler {
@@ -188,15 +197,20 @@ class Scheduler {
         }
       } else {
         const Task* level_tasks = tasks + lv.tasks_begin;
-        backend_.pool().parallel_for(lv.tasks_end - lv.tasks_begin, [level_tasks](size_t i) { run_task(level_tasks[i]); });
+        const uint64_t level = new_level_id();
+        backend_.pool().parallel_for(lv.tasks_end - lv.tasks_begin,
+                                     [level_tasks, level](size_t i) { run_task(level_tasks[i], level); });
       }
     }
     return now_ns() - start;
   }
 
  private:
-  static void run_task(const Task& t) {
-    if (t.begin < t.end) t.launch->fn(t.launch->args, t.launch->dims, t.begin, t.end);
+  static void run_task(const Task& t, uint64_t level) {
+    if (t.begin >= t.end) return;
+    tls_level_id = level;
+    t.launch->fn(t.launch->args, t.launch->dims, t.begin, t.end);
+    tls_level_id = 0;
   }
 
   void run_one(const Plan& plan, uint32_t index, uint32_t lane, uint64_t submission_start) {
@@ -204,7 +218,8 @@ class Scheduler {
     const auto [first_task, end_task] = plan.item_tasks[index];
     const Task* tasks = plan.tasks.data() + first_task;
     const uint64_t t0 = now_ns();
-    backend_.pool().parallel_for(end_task - first_task, [tasks](size_t i) { run_task(tasks[i]); });
+    const uint64_t level = new_level_id();
+    backend_.pool().parallel_for(end_task - first_task, [tasks, level](size_t i) { run_task(tasks[i], level); });
     const uint64_t t1 = now_ns();
     if (!o.check_annotations && !o.profile_dispatches) return;
     check(!plan.items.empty(), "cpu",
@@ -364,6 +379,8 @@ class CpuSubmission final : public Submission {
 };
 
 }  // namespace
+
+uint64_t cpu_level_id() { return tls_level_id; }
 
 CpuBackend::CpuBackend(const Options& options)
     : Backend(options), pool_(options.cpu_threads), arena_(kAlignment) {

@@ -25,6 +25,12 @@ inline constexpr int64_t kCpuMmColsPerBlock = 64;
 /// block at the end; threads take them one at a time from a shared counter.
 inline constexpr uint64_t kCpuTasksPerThread = 2;
 
+/// An id of the level of dispatches whose task the calling thread runs, unique in the
+/// process, or 0 outside the scheduler (a kernel called directly). A dispatch's inputs do not
+/// change while its level runs, so a kernel may keep what it prepares from them (the integer
+/// GEMM's rounded x) for its next tasks of the same level on the same thread.
+uint64_t cpu_level_id();
+
 /// A dispatch that touches fewer bytes than this (its moved_bytes, else its declared reads
 /// and writes) runs as one task on the calling thread: handing a microsecond of work to
 /// another thread costs about as much as the work (the job's cache lines cross cores).

@@ -20,7 +20,7 @@ enum class Isa : uint8_t {
                 // the integer products are avx2's)
   avx512_vnni,  // avx512 plus BW, VL, VNNI and GFNI: the integer products with vpdpwssd
                 // (with VBMI too, the one-row products of q4_0, q4_1, q5_0 and q5_1 with
-                // vpdpbusd; q2_k's and q3_k's one-row products with vpdpbusd)
+                // vpdpbusd; the one-row products of the k-quants with vpdpbusd)
   amx,          // avx512_vnni plus AMX-TILE and AMX-INT8, with the OS's tile data permission:
                 // the matrix-matrix products of q4_0, q4_1 and q8_0 on tiles (amx_tiles.inl);
                 // every other kernel is avx512_vnni's
@@ -75,12 +75,12 @@ inline constexpr int64_t kXInt16Group = 256;
 /// of odd index.
 enum class XInt16Order : uint8_t { values, even_odd };
 
-/// Rounds m rows of k values of x (k a multiple of 32; of 64 for even_odd) into a
-/// per-thread buffer (valid until the thread's next call), with block sums when
+/// Rounds m rows of k values of x (k a multiple of 32; of 64 for even_odd) into per-thread
+/// scratch slot `slot` (valid until the thread's next use of it), with block sums when
 /// `block_sums` is set, using `isa` (any but Isa::portable; avx512_vnni for even_odd; every
 /// set gives the same integers and scales).
 XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
-                     Isa isa);
+                     Isa isa, int slot = 1);
 
 /// out[i * out_stride] = Σ_j x_i[j] · w_row[j] for i < m with x rounded as XInt16 says;
 /// f32 accumulation of exact integer block products.
@@ -119,6 +119,19 @@ void for_row_groups(const XInt16& x, int64_t m, float* out, int64_t out_stride, 
   }
 }
 
+/// The weight-row grouping of the DotWeightRows*Fn kernels: calls
+/// `rows.template operator()<R>(r)` for the n weight rows in groups of R (r = 0, R, 2 R, ...),
+/// then `rows.template operator()<1>(r)` for each row left. `rows` is the kernel's generic
+/// lambda, defined in its target region: it dots its R weight rows from row r with x. Always
+/// inlined, so that the kernel's loop and its lambda are compiled as one function of the
+/// kernel's instruction set (a call out to this function cost 4-5% on q4_k, q5_k and q6_k).
+template <int R, typename Rows>
+[[gnu::always_inline]] inline void for_weight_row_groups(int64_t n, Rows&& rows) {
+  int64_t r = 0;
+  for (; r + R <= n; r += R) rows.template operator()<R>(r);
+  for (; r < n; ++r) rows.template operator()<1>(r);
+}
+
 /// One row of x rounded as XInt16 does (the same integers and group scales), each integer
 /// split into bytes, x = 256 · h + l with h signed and l unsigned, for the 4- and 5-bit
 /// kernels that multiply the weights' values with bytes (vpdpbusd). Per quad of 4 blocks (128 values), 64 bytes
@@ -145,27 +158,39 @@ using DotWeightRowsBytesFn = void (*)(const void* w_rows, int64_t w_row_bytes, i
                                       const XInt16Bytes& x, float* out);
 
 /// The order of XInt16GroupBytes's values in each group, that of the quant bits of the
-/// formats that read it: q2_k's and q3_k's bit pairs, or q4_k's and q5_k's nibbles.
-enum class XInt16GroupOrder : uint8_t { bit_pairs, nibbles };
+/// formats that read it: q2_k's and q3_k's bit pairs, q4_k's and q5_k's nibbles, or q6_k's
+/// values in order.
+enum class XInt16GroupOrder : uint8_t { bit_pairs, nibbles, values };
 
 /// One row of x rounded as XInt16 does (the same integers and group scales), each integer
 /// split into bytes, x = 256 · h + l with h signed and l unsigned, for the k-quant kernels
-/// that multiply their 2- to 5-bit quants with bytes (vpdpbusd). Per group of 256 values (k a
-/// multiple of 256), kXInt16GroupBytes bytes: four parts j of 128 bytes, the l of 64 values
-/// then their h, then 64 bytes of sums. Byte 16 i + e of part j is value
+/// that multiply their 2- to 6-bit quants with bytes (vpdpbusd). Per group of 256 values (k a
+/// multiple of 256), x_int16_group_bytes(order) bytes: four parts j, each the l of 64 values
+/// then their h (128 bytes), then 64 bytes of sums, per part (values) or after the four
+/// (the others). Byte 16 i + e of part j is value
 ///   bit_pairs: 32 j + 16 (i % 2) + 128 (i / 2) + e (part j is the values of bits 2j, 2j + 1
 ///              of q2_k's and q3_k's quant bytes); the sums are 16 int32 sums of the 16
 ///              integers of each quarter, quarter i of part j at 4 i + j;
 ///   nibbles:   64 i + 32 (j % 2) + 16 (j / 2) + e (part j is nibble j % 2 of bytes
 ///              16 (j / 2) .. + 15 of each of q4_k's and q5_k's four 32-byte runs of quants,
 ///              run i in 128-bit lane i); the sums are the 8 f32 sums of the unrounded values
-///              of each 32-value sub-block (for the additive mins), then 32 zero bytes.
+///              of each 32-value sub-block (for the additive mins), then 32 zero bytes;
+///   values:    64 j + 16 i + e (q6_k's quants as its 64-byte runs of low bits hold them:
+///              the 16-value sub-block 4 j + i in 128-bit lane i); part j's 64 bytes of sums
+///              follow its h: the int32 -32 · Σ h over each 32-bit lane's 4 values (q6_k's
+///              offset of its quants, q - 32, as the high bytes see it).
 struct XInt16GroupBytes {
   const uint8_t* groups = nullptr;
   const float* group_scale = nullptr;
   int64_t k = 0;
 };
-inline constexpr int64_t kXInt16GroupBytes = 576;
+inline constexpr int64_t kXInt16GroupBytes = 576;        // bit_pairs, nibbles
+inline constexpr int64_t kXInt16ValuesGroupBytes = 768;  // values: four parts of 192 bytes
+
+/// The bytes of one group of XInt16GroupBytes in `order`.
+constexpr int64_t x_int16_group_bytes(XInt16GroupOrder order) {
+  return order == XInt16GroupOrder::values ? kXInt16ValuesGroupBytes : kXInt16GroupBytes;
+}
 
 /// Rounds one row of k values of x (k a multiple of 256) into XInt16GroupBytes in `order`
 /// in a per-thread buffer (valid until the thread's next call); Isa::avx512_vnni.
@@ -205,8 +230,8 @@ struct RowKernels {
   // q5_1 on avx512_vnni with VBMI); x needs lane sums when bytes_lane_sums is set.
   DotWeightRowsBytesFn dot_weight_rows_bytes = nullptr;
   bool bytes_lane_sums = false;
-  // With one row of x, in place of dot_weight_rows_int16 where set (q2_k, q3_k, q4_k and
-  // q5_k on avx512_vnni); x is rounded in group_bytes_order.
+  // With one row of x, in place of dot_weight_rows_int16 where set (q2_k, q3_k, q4_k, q5_k
+  // and q6_k on avx512_vnni); x is rounded in group_bytes_order.
   DotWeightRowsGroupBytesFn dot_weight_rows_group_bytes = nullptr;
   XInt16GroupOrder group_bytes_order = XInt16GroupOrder::bit_pairs;
 };
@@ -227,8 +252,9 @@ extern const float* const kHalfToFloat;
 
 /// A per-thread f32 buffer of at least `count` values, 64-byte aligned (reused across
 /// calls; its contents do not survive a call asking for more). Slot 0 holds decoded weight
-/// tiles and the fused products' normalised x, slot 1 the rounded x of round_x_int16.
-inline constexpr int kThreadScratchSlots = 2;
+/// tiles and the fused products' normalised x, slot 1 the rounded x of round_x_int16, slot 2
+/// the integer GEMM's rounded x, kept for its tasks of one level (mm.cpp).
+inline constexpr int kThreadScratchSlots = 3;
 float* thread_scratch(int64_t count, int slot = 0);
 
 /// The weight types of matmul, matmul_id and embedding, in registration order.

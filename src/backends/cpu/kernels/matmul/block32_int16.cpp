@@ -261,9 +261,9 @@ void dot_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, f
 // prefetchers do not follow as they follow one).
 template <typename Fmt, int kLocality>
 void dot_weight_rows_at(const uint8_t* w, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) dot_weight_rows_r<Fmt, 4, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) dot_weight_rows_r<Fmt, 1, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    dot_weight_rows_r<Fmt, kRows, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 template <typename Fmt>
@@ -599,13 +599,13 @@ ONEPASS_AVX2_END
 namespace onepass::cpu {
 
 XInt16 round_x_int16(const float* x, int64_t x_stride, int64_t m, int64_t k, bool block_sums, XInt16Order order,
-                     Isa isa) {
+                     Isa isa, int slot) {
   isa = vector_isa(isa);
   check(k % 32 == 0, "cpu", "16-bit x needs rows of whole 32-value blocks, got k = ", k);
   check(order == XInt16Order::values || (k % 64 == 0 && isa == Isa::avx512_vnni), "cpu",
         "16-bit x in even / odd order is an avx512_vnni layout of rows of whole 64-value runs, got k = ", k);
   const int64_t row_bytes = x_row_bytes(k);
-  auto* base = reinterpret_cast<uint8_t*>(thread_scratch((m * row_bytes + 3) / 4, 1));
+  auto* base = reinterpret_cast<uint8_t*>(thread_scratch((m * row_bytes + 3) / 4, slot));
   // All q rows first (contiguous, stride k), then all scales, then all block sums.
   XInt16 r;
   r.k = k;

@@ -127,7 +127,9 @@ KernelTable make_table(Isa isa) {
       kernels.dot_weight_rows_group_bytes = kquant_low_split_x_dot_weight_rows(w, isa);
       if (kernels.dot_weight_rows_group_bytes == nullptr) {
         kernels.dot_weight_rows_group_bytes = kquant_split_x_dot_weight_rows(w, isa);
-        if (kernels.dot_weight_rows_group_bytes != nullptr) kernels.group_bytes_order = XInt16GroupOrder::nibbles;
+        if (kernels.dot_weight_rows_group_bytes != nullptr) {
+          kernels.group_bytes_order = w == DType::q6_k ? XInt16GroupOrder::values : XInt16GroupOrder::nibbles;
+        }
       }
     }
 #else

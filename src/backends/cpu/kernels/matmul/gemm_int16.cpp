@@ -40,6 +40,9 @@ namespace {
 // Values per decode call while packing: one k-quant super-block, eight 32-value blocks; the
 // 16 rows' decoded chunk (8 KiB of values) stays in L1 until it is transposed.
 constexpr int64_t kPackChunk = 256;
+// How many chunks ahead of the one being decoded the packing asks for each row's weights:
+// 16 short streams, which the hardware prefetchers do not keep ahead of.
+constexpr int64_t kPackPrefetchChunks = 2;
 
 }  // namespace
 }  // namespace onepass::cpu
@@ -88,6 +91,16 @@ void pack_chunk(const int16_t* chunk, int64_t values, int64_t first_block, int32
   }
 }
 
+// The decoded chunk's scales (or offsets; 16 rows of `units` floats, row stride `stride`,
+// units <= 16) as `units` vectors of the 16 rows' values.
+void pack_chunk_scales(const float* chunk, int64_t stride, int64_t units, float* dst) {
+  __m512i rows[16], cols[16];
+  const auto mask = static_cast<__mmask16>((1u << units) - 1);
+  for (int r = 0; r < 16; ++r) rows[r] = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, chunk + r * stride));
+  transpose_16x16(rows, cols);
+  for (int64_t j = 0; j < units; ++j) _mm512_store_si512(dst + j * kInt16TileRows, cols[j]);
+}
+
 inline __m512i broadcast_pair(const int16_t* x) {
   int32_t pair;
   std::memcpy(&pair, x, 4);
@@ -124,8 +137,12 @@ void tile_rows(const Int16Tile& tile, const XInt16& x, const float* half_sums, f
         for (int i = 0; i < MR; ++i) {
           for (int c = 0; c < kChains; ++c) sum[i][c] = _mm512_setzero_si512();
         }
+        // Unrolled, so that each sum stays in its register (a rolled loop copied every sum
+        // to another register and back around each vpdpwssd).
+#pragma GCC unroll 16
         for (int p = 0; p < kPairs; ++p) {
           const __m512i w = _mm512_load_si512(wp + p * kInt16TileRows);
+#pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
             const __m512i xp = broadcast_pair(xu + i * x.k + 2 * p);
             sum[i][p % kChains] = _mm512_dpwssd_epi32(sum[i][p % kChains], w, xp);
@@ -239,16 +256,17 @@ Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_r
   for (int64_t c0 = 0, c = 0; c0 < k; c0 += kPackChunk, ++c) {
     const int64_t values = std::min(kPackChunk, k - c0);
     for (int64_t r = 0; r < n; ++r) {
-      decode(w + r * w_row_bytes + c * chunk_bytes, values, chunk + r * kPackChunk, chunk_scales + r * chunk_units,
+      const uint8_t* row = w + r * w_row_bytes;
+      for (int64_t o = 0; o < chunk_bytes; o += 64) __builtin_prefetch(row + (c + kPackPrefetchChunks) * chunk_bytes + o, 0, 2);
+      decode(row + c * chunk_bytes, values, chunk + r * kPackChunk, chunk_scales + r * chunk_units,
              chunk_offsets + r * chunk_units);
     }
     avx512_vnni::pack_chunk(chunk, values, c0 / 32, pairs);
-    for (int64_t j = 0; j < units * values / 32; ++j) {
-      for (int64_t r = 0; r < kInt16TileRows; ++r) {
-        scales[(units * c0 / 32 + j) * kInt16TileRows + r] = chunk_scales[r * chunk_units + j];
-        block_offsets[(units * c0 / 32 + j) * kInt16TileRows + r] = chunk_offsets[r * chunk_units + j];
-      }
-    }
+    const int64_t chunk_scale_count = units * values / 32;
+    avx512_vnni::pack_chunk_scales(chunk_scales, chunk_units, chunk_scale_count,
+                                   scales + units * c0 / 32 * kInt16TileRows);
+    avx512_vnni::pack_chunk_scales(chunk_offsets, chunk_units, chunk_scale_count,
+                                   block_offsets + units * c0 / 32 * kInt16TileRows);
   }
 #else
   (void)decode;

@@ -171,9 +171,9 @@ void iq4_xs_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x
 
 template <int kLocality>
 void iq4_xs_weight_rows_at(const uint8_t* w, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) iq4_xs_weight_rows_r<4, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) iq4_xs_weight_rows_r<1, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    iq4_xs_weight_rows_r<kRows, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 // DotWeightRowsInt16Fn: four weight rows at a time, the weights asked for ahead in address

@@ -301,9 +301,9 @@ void kasym_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x,
 template <bool kFifthBit>
 void kasym_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
   const auto* w = static_cast<const uint8_t*>(rows);
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) kasym_weight_rows_r<kFifthBit, 4>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) kasym_weight_rows_r<kFifthBit, 1>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    kasym_weight_rows_r<kFifthBit, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 }  // namespace

@@ -238,9 +238,9 @@ void weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, float
 template <typename Fmt>
 void weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
   const auto* w = static_cast<const uint8_t*>(rows);
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) weight_rows_r<Fmt, 4>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) weight_rows_r<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    weight_rows_r<Fmt, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 }  // namespace

@@ -41,8 +41,8 @@
 // So no lane overflows; the sums' f32 conversion rounds once per super-block, as the 16-bit
 // kernels' does.
 //
-// The rounding into XInt16GroupBytes (round_x_int16_group_bytes) also makes q4_k's and
-// q5_k's order of it (XInt16GroupOrder::nibbles, kquant_split_x.cpp).
+// The rounding into XInt16GroupBytes (round_x_int16_group_bytes) also makes q4_k's, q5_k's
+// and q6_k's orders of it (XInt16GroupOrder::nibbles and values, kquant_split_x.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -222,9 +222,9 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16GroupBytes& x
 template <typename Fmt>
 void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16GroupBytes& x, float* out) {
   const auto* w = static_cast<const uint8_t*>(rows);
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) dot_rows_r<Fmt, 4>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) dot_rows_r<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    dot_rows_r<Fmt, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 // Rounds as block32_int16.cpp's round_row does (per group, step = largest |x| / 32767,
@@ -233,6 +233,9 @@ void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XIn
 void round_row(const float* x, int64_t k, uint8_t* groups, float* group_scale, XInt16GroupOrder order) {
   const __m512i byte = _mm512_set1_epi32(0xFF);
   const bool nibbles = order == XInt16GroupOrder::nibbles;
+  const bool values = order == XInt16GroupOrder::values;
+  const int64_t group_bytes = x_int16_group_bytes(order);
+  const int64_t part_bytes = values ? kPartBytes + 64 : kPartBytes;
   for (int64_t g0 = 0, g = 0; g0 < k; g0 += kXInt16Group, ++g) {
     __m512 amax = _mm512_setzero_ps();
     __m512 non_finite = _mm512_setzero_ps();  // x * 0 is NaN exactly for infinite or NaN x
@@ -245,19 +248,29 @@ void round_row(const float* x, int64_t k, uint8_t* groups, float* group_scale, X
     const float largest = _mm512_reduce_max_ps(amax);
     group_scale[g] = finite ? largest / 32767.0f : NAN;
     const __m512 inverse = _mm512_set1_ps(finite && largest > 0.0f ? 32767.0f / largest : 0.0f);
-    uint8_t* group = groups + g * kXInt16GroupBytes;
+    uint8_t* group = groups + g * group_bytes;
     alignas(64) int32_t sums[16];
     for (int j = 0; j < 4; ++j) {
       for (int i = 0; i < 4; ++i) {
         // Quarter i of part j.
-        const int64_t first = nibbles ? 64 * i + 32 * (j % 2) + 16 * (j / 2) : 32 * j + 16 * (i % 2) + 128 * (i / 2);
+        const int64_t first = values    ? 64 * j + 16 * i
+                              : nibbles ? 64 * i + 32 * (j % 2) + 16 * (j / 2)
+                                        : 32 * j + 16 * (i % 2) + 128 * (i / 2);
         const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + g0 + first), inverse));
-        uint8_t* part = group + kPartBytes * j + 16 * i;
+        uint8_t* part = group + part_bytes * j + 16 * i;
         _mm_store_si128(reinterpret_cast<__m128i*>(part), _mm512_cvtepi32_epi8(_mm512_and_si512(v, byte)));
         _mm_store_si128(reinterpret_cast<__m128i*>(part + 64), _mm512_cvtepi32_epi8(_mm512_srai_epi32(v, 8)));
-        if (!nibbles) sums[4 * i + j] = _mm512_reduce_add_epi32(v);
+        if (order == XInt16GroupOrder::bit_pairs) sums[4 * i + j] = _mm512_reduce_add_epi32(v);
+      }
+      if (values) {
+        // -32 · Σ h per 32-bit lane: the bytes' sums (vpdpbusd with ones) times -32.
+        uint8_t* part = group + part_bytes * j;
+        const __m512i h_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1),
+                                                   _mm512_load_si512(part + 64));
+        _mm512_store_si512(part + kPartBytes, _mm512_mullo_epi32(h_sums, _mm512_set1_epi32(-32)));
       }
     }
+    if (values) continue;
     if (nibbles) {
       // The sub-blocks' f32 sums, as round_x_int16's block sums.
       alignas(64) float block_sums[16] = {};
@@ -284,10 +297,11 @@ XInt16GroupBytes round_x_int16_group_bytes(const float* x, int64_t k, XInt16Grou
   const int64_t groups = k / kXInt16Group;
   XInt16GroupBytes r;
   r.k = k;
-  auto* base = reinterpret_cast<uint8_t*>(thread_scratch((groups * kXInt16GroupBytes + 4 * groups + 3) / 4, 1));
+  const int64_t group_bytes = x_int16_group_bytes(order);
+  auto* base = reinterpret_cast<uint8_t*>(thread_scratch((groups * group_bytes + 4 * groups + 3) / 4, 1));
 #if ONEPASS_CPU_X86
   check(isa_supported(Isa::avx512_vnni), "cpu", "16-bit x in group bytes is an avx512_vnni layout");
-  auto* scales = reinterpret_cast<float*>(base + groups * kXInt16GroupBytes);
+  auto* scales = reinterpret_cast<float*>(base + groups * group_bytes);
   avx512_vnni::round_row(x, k, base, scales, order);
   r.groups = base;
   r.group_scale = scales;

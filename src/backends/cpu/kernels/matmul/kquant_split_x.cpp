@@ -1,9 +1,9 @@
-// q4_k and q5_k weight rows times one row of x on Isa::avx512_vnni, with x rounded to 16-bit
-// integers (XInt16's integers and group scales, one group per super-block) and split into
-// bytes, x = 256 · h + l, in XInt16GroupOrder::nibbles (XInt16GroupBytes), so that the 4- or
-// 5-bit quants multiply x as bytes with vpdpbusd, four values per 32-bit lane, where the
-// 16-bit products (kquant_int16.cpp) first widen every quant to a word and multiply it by its
-// scale.
+// q4_k, q5_k and q6_k weight rows times one row of x on Isa::avx512_vnni, with x rounded to
+// 16-bit integers (XInt16's integers and group scales, one group per super-block) and split
+// into bytes, x = 256 · h + l, in XInt16GroupOrder::nibbles (q4_k, q5_k) or values (q6_k)
+// (XInt16GroupBytes), so that the 4- to 6-bit quants multiply x as bytes with vpdpbusd, four
+// values per 32-bit lane, where the 16-bit products (kquant_int16.cpp) first widen every quant
+// to a word and multiply it by its scale.
 //
 // A super-block's 128 bytes of quants are four runs of 32 bytes; byte t of run i holds value
 // t of sub-block 2i (low nibble) and of 2i + 1 (high nibble), q5_k's fifth bit of value t of
@@ -29,6 +29,25 @@
 //         sc · (256 · Σ q · h + Σ l · q) within ±63 · 8,189,704 = ±515,951,352 per nibble.
 // Two nibbles stay within ±1,031,902,704 < 2^31, so no lane overflows; the sums' f32
 // conversion rounds once per super-block, as the 16-bit kernels' does.
+//
+// q6_k (x in XInt16GroupOrder::values): weight j = d · sc[j / 16] · (q_j - 32), q_j 6 bits
+// (4 low bits in ql, 2 high bits in qh), sc a signed byte per 16 values. Per half of 128
+// values, one 64-byte load of ql holds in its 128-bit lane i the low bits of sub-blocks i
+// (low nibbles) and 4 + i (high nibbles) of the half, and the half's 32 qh bytes read twice
+// over (both 256-bit halves) hold their high bits: bit pair 0 / 1 in lanes 0, 1 / 2, 3 for
+// the low nibbles, 2 / 3 for the high ones, each moved to bits 4, 5 with one vgf2p8affineqb.
+// So part j of x (values 64 j .. 64 j + 63) meets the quants q (bytes 0..63) of sub-block
+// 4 j + i in lane i. Per part: Σ q · h (q unsigned, h signed) added to x's -32 · Σ h gives
+// Σ (q - 32) · h, and Σ l · (q - 32) (l unsigned, q - 32 signed, so of either sign) is put
+// beside it as the low word of the lane (a bitwise join: an addition would borrow from the
+// high word), multiplied by the sub-block's words (sc, 256 · sc) with one vpdpwssd, as q4_k's
+// nibbles are; the 16 scale dwords go to their lanes with one vpermd per part.
+//
+// q6_k's integer bounds per 32-bit lane (q in [0, 63], |q - 32| <= 32, sc in [-128, 127]):
+// Σ (q - 32) · h within ±4 · 32 · 128 = ±16,384 and Σ l · (q - 32) within ±4 · 255 · 32 =
+// ±32,640, both exact words; a lane sums 4 values of each of the 4 parts, so its total is
+// at most 16 · 4096 · 32767 = 2,147,418,112 < 2^31 in magnitude, exact, as in the 16-bit
+// kernel (kquant_int16.cpp).
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -95,6 +114,8 @@ inline __m512i fifth_bit_matrix() {
 template <bool kFifthBit>
 struct KQuant {
   static constexpr int64_t kBytes = kFifthBit ? 176 : 144;
+  static constexpr int64_t kGroupBytes = kXInt16GroupBytes;
+  static constexpr int64_t kPrefetchBytes = 4096;
   static void super_block(const uint8_t* wb, const uint8_t* xg, float x_scale, __m512& acc, __m256& mins) {
     const uint8_t* qs = wb + (kFifthBit ? 48 : 16);
     const __m512i v0 = _mm512_loadu_si512(qs);
@@ -145,16 +166,79 @@ struct KQuant {
   }
 };
 
-// How far ahead of the weights being read the rows ask for them (see block32_int16.cpp's
-// dot_weight_rows_r).
-constexpr int64_t kPrefetchBytes = 4096;
+// q6_k: acc + x_scale · Σ_j d · sc · (q_j - 32) x_j over the super-block at wb (210 bytes:
+// ql[128], qh[64], 16 signed scales, d); x's group in XInt16GroupOrder::values.
+struct Q6K {
+  static constexpr int64_t kBytes = 210;
+  static constexpr int64_t kGroupBytes = kXInt16ValuesGroupBytes;
+  static constexpr int64_t kPart = kGroupBytes / 4;  // a part's l, h and sums
+  static_assert(kPart == kPartBytes + 64);
+  // Two rows of 8 super-blocks (k = 2048) read from memory at 23 GB/s with 8 KiB, 16 GB/s
+  // with 4 KiB (bench_quant_cpu --threads 1 --shape 2048x2048, cold).
+  static constexpr int64_t kPrefetchBytes = 8192;
 
-// R weight rows with one row of x, super-block by super-block; a row's value does not
-// depend on R.
+  // vgf2p8affineqb's matrix moving bit pair s (2s, 2s + 1) of each byte to bits 4, 5, with
+  // s = 2n in 128-bit lanes 0, 1 and 2n + 1 in lanes 2, 3 (n = 0 for the low nibbles'
+  // values, 1 for the high ones').
+  template <int n>
+  static __m512i top_bits_matrix() {
+    const auto pair = [](int s) {
+      return static_cast<long long>((uint64_t{1} << (2 * s)) << 24 | (uint64_t{1} << (2 * s + 1)) << 16);
+    };
+    return _mm512_setr_epi64(pair(2 * n), pair(2 * n), pair(2 * n), pair(2 * n), pair(2 * n + 1), pair(2 * n + 1),
+                             pair(2 * n + 1), pair(2 * n + 1));
+  }
+
+  // vpermd's index putting scale dword 4 j + i in every dword of lane i.
+  template <int j>
+  static __m512i part_scale_index() {
+    return _mm512_setr_epi32(4 * j, 4 * j, 4 * j, 4 * j, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 2,
+                             4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3);
+  }
+
+  static void super_block(const uint8_t* wb, const uint8_t* xg, float x_scale, __m512& acc, __m256&) {
+    const __m512i word_mask = _mm512_set1_epi32(0xFFFF);
+    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192)));
+    // The words (sc, 256 · sc): (sc & 0xFFFF) | sc << 24, imm 0xEC is (A & C) | B.
+    const __m512i scales = _mm512_ternarylogic_epi32(sc, _mm512_slli_epi32(sc, 24), word_mask, 0xEC);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i bias = _mm512_set1_epi8(32);
+    __m512i sum = _mm512_setzero_si512();
+    auto part = [&](auto j_constant, __m512i q) {
+      constexpr int j = decltype(j_constant)::value;
+      const uint8_t* xp = xg + kPart * j;
+      const __m512i high = _mm512_dpbusd_epi32(_mm512_load_si512(xp + kPartBytes), q, _mm512_load_si512(xp + 64));
+      const __m512i low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(xp), _mm512_sub_epi8(q, bias));
+      // The words (low, high) of each lane: high << 16 | (low & 0xFFFF), imm 0xF8 is A | (B & C).
+      // (Adding the signed low to high << 16 would borrow from the high word.)
+      const __m512i joined = _mm512_ternarylogic_epi32(_mm512_slli_epi32(high, 16), low, word_mask, 0xF8);
+      sum = _mm512_dpwssd_epi32(sum, joined, _mm512_permutexvar_epi32(part_scale_index<j>(), scales));
+    };
+    auto half = [&](auto h_constant) {
+      constexpr int h = decltype(h_constant)::value;
+      const __m512i low = _mm512_loadu_si512(wb + 64 * h);
+      const __m512i top =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 128 + 32 * h)));
+      // (A & B) | C: imm 0xEA.
+      part(std::integral_constant<int, 2 * h>{},
+           _mm512_ternarylogic_epi32(low, low4, _mm512_gf2p8affine_epi64_epi8(top, top_bits_matrix<0>(), 0), 0xEA));
+      part(std::integral_constant<int, 2 * h + 1>{},
+           _mm512_ternarylogic_epi32(_mm512_srli_epi16(low, 4), low4,
+                                     _mm512_gf2p8affine_epi64_epi8(top, top_bits_matrix<1>(), 0), 0xEA));
+    };
+    half(std::integral_constant<int, 0>{});
+    half(std::integral_constant<int, 1>{});
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(half_at(wb + 208) * x_scale), acc);
+  }
+};
+
+// R weight rows with one row of x, super-block by super-block, each format asking for its
+// weights Fmt::kPrefetchBytes ahead of those being read (see block32_int16.cpp's
+// dot_weight_rows_r); a row's value does not depend on R.
 template <typename Fmt, int R>
 void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16GroupBytes& x, float* out) {
   const int64_t blocks = x.k / 256;
-  const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
+  const int64_t lead = std::max<int64_t>(Fmt::kPrefetchBytes, R * w_row_bytes);
   __m512 acc[R];
   __m256 mins[R];
   for (int r = 0; r < R; ++r) {
@@ -163,7 +247,7 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16GroupBytes& x
   }
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t o = 0; o < R * Fmt::kBytes; o += 64) __builtin_prefetch(w + lead + b * R * Fmt::kBytes + o, 0, 2);
-    const uint8_t* xg = x.groups + b * kXInt16GroupBytes;
+    const uint8_t* xg = x.groups + b * Fmt::kGroupBytes;
     const float scale = x.group_scale[b];
     for (int r = 0; r < R; ++r) Fmt::super_block(w + r * w_row_bytes + b * Fmt::kBytes, xg, scale, acc[r], mins[r]);
   }
@@ -172,13 +256,13 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16GroupBytes& x
 
 // DotWeightRowsGroupBytesFn: two weight rows at a time. Two streams of weights read from
 // memory faster than four (bench_quant_cpu's cold q4_k and q5_k rows, 1 and 2 threads),
-// and the products keep pace with either.
+// and the products keep pace with either (q6_k's too).
 template <typename Fmt>
 void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16GroupBytes& x, float* out) {
   const auto* w = static_cast<const uint8_t*>(rows);
-  int64_t r = 0;
-  for (; r + 2 <= n; r += 2) dot_rows_r<Fmt, 2>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) dot_rows_r<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<2>(n, [&]<int kRows>(int64_t r) {
+    dot_rows_r<Fmt, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 }  // namespace
@@ -193,6 +277,7 @@ DotWeightRowsGroupBytesFn kquant_split_x_dot_weight_rows(DType w, Isa isa) {
   if (isa != Isa::avx512_vnni) return nullptr;
   if (w == DType::q4_k) return avx512_vnni::dot_weight_rows<avx512_vnni::KQuant<false>>;
   if (w == DType::q5_k) return avx512_vnni::dot_weight_rows<avx512_vnni::KQuant<true>>;
+  if (w == DType::q6_k) return avx512_vnni::dot_weight_rows<avx512_vnni::Q6K>;
 #else
   (void)w;
   (void)isa;

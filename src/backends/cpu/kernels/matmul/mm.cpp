@@ -14,36 +14,73 @@
 namespace onepass::cpu {
 namespace {
 
-// The blocks [first, end) through the integer GEMM. Blocks run weight-row blocks fastest, so
-// a thread's range of blocks rounds each block of x rows once, not once per tile (rounding
-// 64 rows costs about as much as one tile's products).
+// x's rows from `row` on.
+XInt16 rows_from(const XInt16& x, int64_t row) {
+  XInt16 rows = x;
+  rows.q += row * x.k;
+  rows.group_scale += row * x.groups;
+  if (rows.block_sum != nullptr) rows.block_sum += row * (x.k / 32);
+  return rows;
+}
+
+// x of a matmul rounded for the integer GEMM in per-thread scratch slot 2, all m rows, and
+// what it was rounded from: a thread's later tasks of the same level (cpu_level_id) with the
+// same x take it as it is.
+struct RoundedX {
+  uint64_t level = 0;
+  const float* x = nullptr;
+  int64_t x_stride = 0, m = 0, k = 0;
+  bool block_sums = false;
+  XInt16 rounded;
+};
+
+const XInt16& rounded_x(const ops::MatmulArgs& a, bool block_sums, Isa isa) {
+  thread_local RoundedX kept;
+  const uint64_t level = cpu_level_id();
+  if (level == 0 || kept.level != level || kept.x != a.x || kept.x_stride != a.x_stride || kept.m != a.m ||
+      kept.k != a.k || kept.block_sums != block_sums) {
+    kept.rounded = round_x_int16(a.x, a.x_stride, a.m, a.k, block_sums, XInt16Order::values, isa, 2);
+    kept.level = level;
+    kept.x = a.x;
+    kept.x_stride = a.x_stride;
+    kept.m = a.m;
+    kept.k = a.k;
+    kept.block_sums = block_sums;
+  }
+  return kept.rounded;
+}
+
+// The blocks [first, end) through the integer GEMM, weight tiles outermost: block b is
+// weight-row tile b / grid.y with x-row block b % grid.y, so a task packs each of its tiles
+// once for all the rows of x it meets (decoding and packing a q6_k tile costs about a third
+// of its products with 64 rows of x), and x, all its rows, is rounded once per thread and
+// level (rounded_x).
 template <DType W>
 void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchDims& dims, uint64_t first,
               uint64_t end, Isa isa) {
   static_assert(kCpuMmRowsPerBlock == kInt16TileRows);
   const int64_t chunk_bytes = static_cast<int64_t>(dtype_size(W)) * (256 / dtype_block_elems(W));
   const auto* w = static_cast<const uint8_t*>(a.w);
-  int64_t rounded_m0 = -1;
-  XInt16 x;
+  const uint64_t x_blocks = dims.grid.y;
+  const XInt16& x = rounded_x(a, kernels.int16_block_sums, isa);
   // q2_k's mins: offsets per 16 values times the sums of x's integers.
   const bool half_block_offsets = kernels.decode_int16_half_blocks && W == DType::q2_k;
-  const float* half_sums = nullptr;
+  const float* half_sums = half_block_offsets ? int16_half_block_sums(x, a.m) : nullptr;
+  int64_t packed_n0 = -1;
+  Int16Tile tile;
   for (uint64_t b = first; b < end; ++b) {
-    const int64_t n0 = static_cast<int64_t>(b % dims.grid.x) * kCpuMmRowsPerBlock;
-    const int64_t m0 = static_cast<int64_t>(b / dims.grid.x) * kCpuMmColsPerBlock;
+    const int64_t n0 = static_cast<int64_t>(b / x_blocks) * kCpuMmRowsPerBlock;
+    const int64_t m0 = static_cast<int64_t>(b % x_blocks) * kCpuMmColsPerBlock;
     const int64_t n_count = std::min(a.n - n0, kCpuMmRowsPerBlock);
     const int64_t m_count = std::min(a.m - m0, kCpuMmColsPerBlock);
     if (n_count <= 0 || m_count <= 0) continue;
-    if (m0 != rounded_m0) {
-      x = round_x_int16(a.x + m0 * a.x_stride, a.x_stride, m_count, a.k, kernels.int16_block_sums,
-                        XInt16Order::values, isa);
-      if (half_block_offsets) half_sums = int16_half_block_sums(x, m_count);
-      rounded_m0 = m0;
+    if (n0 != packed_n0) {
+      tile = pack_int16_tile(kernels.decode_int16, w + n0 * a.w_row_bytes, a.w_row_bytes, n_count, a.k, chunk_bytes,
+                             kernels.int16_block_sums || half_block_offsets, kernels.decode_int16_half_blocks);
+      packed_n0 = n0;
     }
-    const Int16Tile tile = pack_int16_tile(kernels.decode_int16, w + n0 * a.w_row_bytes, a.w_row_bytes, n_count,
-                                           a.k, chunk_bytes, kernels.int16_block_sums || half_block_offsets,
-                                           kernels.decode_int16_half_blocks);
-    gemm_int16(tile, x, m_count, a.out + m0 * a.out_stride + n0, a.out_stride, half_sums);
+    gemm_int16(tile, rows_from(x, m0), m_count, a.out + m0 * a.out_stride + n0, a.out_stride,
+               half_sums != nullptr ? half_sums + m0 * (a.k / 16) : nullptr);
   }
 }
 

@@ -236,9 +236,9 @@ void dot_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16Bytes& x, flo
 
 template <typename Fmt, int kLocality>
 void dot_rows_at(const uint8_t* w, int64_t w_row_bytes, int64_t n, const XInt16Bytes& x, float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) dot_rows_r<Fmt, 4, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
-  for (; r < n; ++r) dot_rows_r<Fmt, 1, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    dot_rows_r<Fmt, kRows, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
 }
 
 // DotWeightRowsBytesFn: four weight rows at a time, the weights asked for ahead in address

@@ -79,8 +79,9 @@ DotWeightRowsBytesFn q4_split_x_dot_weight_rows(DType w, Isa isa);
 // The 2- and 3-bit kernels on XInt16GroupBytes (kquant_low_split_x.cpp): q2_k and q3_k on
 // Isa::avx512_vnni; null for the other types and sets.
 DotWeightRowsGroupBytesFn kquant_low_split_x_dot_weight_rows(DType w, Isa isa);
-// The 4- and 5-bit k-quant kernels on XInt16GroupBytes in XInt16GroupOrder::nibbles
-// (kquant_split_x.cpp): q4_k and q5_k on Isa::avx512_vnni; null for the other types and sets.
+// The 4- to 6-bit k-quant kernels on XInt16GroupBytes (kquant_split_x.cpp): q4_k and q5_k
+// in XInt16GroupOrder::nibbles, q6_k in values, on Isa::avx512_vnni; null for the other types
+// and sets.
 DotWeightRowsGroupBytesFn kquant_split_x_dot_weight_rows(DType w, Isa isa);
 
 /// The dot products of one call of a matrix-vector kernel with m rows of x: x is bound once
