@@ -138,7 +138,7 @@ LaunchDims cuda_mm_x8_dims(int64_t m, int64_t n, int64_t k, int sms, uint32_t ma
 /// ranges), with a ring of weight and x stages in its share of kCudaGemmX8SharedBytes of
 /// shared memory: 256 x 32 tiles, 2 blocks per SM, up to 32 rows of x; 128 x 32, 3 per SM,
 /// up to 64; 128 x 64, 2 per SM, above (chosen by onepass bench --parallel 32, 64 and 128 on
-/// llama-8b q4_0, H200: 4,304, 5,614 and 7,134 decode tok/s, where mm_x8_m32 gave 2,928
+/// llama-8b q4_0, H200: 4,304, 5,614 and 7,134 decode tok/s, where mm_x8_m32 gives 2,928
 /// at 32 rows and cuBLAS 3,469 and 6,266 at 64 and 128).
 inline constexpr int64_t kCudaGemmX8MinRows = 25;
 inline constexpr int64_t kCudaGemmX8MaxRows = 256;
