@@ -67,6 +67,15 @@ struct XInt16 {
   const float* block_sum = nullptr;  // null unless asked for
   int64_t k = 0;
   int64_t groups = 0;
+
+  /// The rows from `row` on.
+  XInt16 rows_from(int64_t row) const {
+    XInt16 rows = *this;
+    rows.q += row * k;
+    rows.group_scale += row * groups;
+    if (rows.block_sum != nullptr) rows.block_sum += row * (k / 32);
+    return rows;
+  }
 };
 inline constexpr int64_t kXInt16Group = 256;
 
@@ -107,15 +116,9 @@ void call_row_group(int64_t take, const XInt16& rows, float* out, Group& group) 
 
 template <int kMaxRows, typename Group>
 void for_row_groups(const XInt16& x, int64_t m, float* out, int64_t out_stride, Group&& group) {
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = m < kMaxRows ? m : kMaxRows;
-    call_row_group<kMaxRows>(take, rows, out, group);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    if (rows.block_sum != nullptr) rows.block_sum += take * (x.k / 32);
-    out += take * out_stride;
+  for (int64_t row = 0; row < m; row += kMaxRows) {
+    const int64_t take = m - row < kMaxRows ? m - row : kMaxRows;
+    call_row_group<kMaxRows>(take, x.rows_from(row), out + row * out_stride, group);
   }
 }
 

@@ -297,15 +297,8 @@ template <typename Fmt>
 void dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64_t out_stride) {
   constexpr int64_t kMaxRows = 8;
   const auto* w = static_cast<const uint8_t*>(row);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMaxRows);
-    dot_take<Fmt, kMaxRows>(take, w, rows, out, out_stride);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    if (rows.block_sum != nullptr) rows.block_sum += take * (x.k / 32);
-    out += take * out_stride;
+  for (int64_t i = 0; i < m; i += kMaxRows) {
+    dot_take<Fmt, kMaxRows>(std::min(m - i, kMaxRows), w, x.rows_from(i), out + i * out_stride, out_stride);
   }
 }
 

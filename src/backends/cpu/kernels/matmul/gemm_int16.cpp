@@ -187,16 +187,10 @@ void gemm(const Int16Tile& tile, const XInt16& x, const float* half_sums, int64_
           int64_t out_stride) {
   constexpr int64_t kMr = 8;  // 8 integer sums + 8 group sums + 8 outputs: 24 of the 32 registers
   const auto mask = static_cast<__mmask16>((1u << tile.rows) - 1);
-  XInt16 rows = x;
-  while (m > 0) {
-    const int64_t take = std::min(m, kMr);
-    tile_rows_take<kLayout, kMr>(take, tile, rows, half_sums, out, out_stride, mask);
-    m -= take;
-    rows.q += take * x.k;
-    rows.group_scale += take * x.groups;
-    if (rows.block_sum != nullptr) rows.block_sum += take * (x.k / 32);
-    if (half_sums != nullptr) half_sums += take * (x.k / 16);
-    out += take * out_stride;
+  for (int64_t row = 0; row < m; row += kMr) {
+    tile_rows_take<kLayout, kMr>(std::min(m - row, kMr), tile, x.rows_from(row),
+                                 half_sums != nullptr ? half_sums + row * (x.k / 16) : nullptr, out + row * out_stride,
+                                 out_stride, mask);
   }
 }
 

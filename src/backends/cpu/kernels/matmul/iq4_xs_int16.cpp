@@ -60,36 +60,34 @@ inline void run_scales_simd(const uint8_t* b, int16_t* scales) {
                   _mm_sub_epi16(_mm_or_si128(low4, _mm_slli_epi16(high2, 4)), _mm_set1_epi16(32)));
 }
 
-// Run u of the super-block at b as 32 words (sc - 32) · kIq4Values[q] in value order; its
-// 16 bytes of nibbles hold value l low, value l + 16 high.
-inline __m512i run_values(const uint8_t* b, int u, const int16_t* scales) {
+// Run u of the super-block at b as 32 words kIq4Values[q] in value order; its 16 bytes of
+// nibbles hold value l low, value l + 16 high.
+inline __m512i run_grid_values(const uint8_t* b, int u) {
   const __m256i grid =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values)));
   const __m256i matrix =
       _mm256_setr_epi64x(nibble_matrix(0), nibble_matrix(0), nibble_matrix(4), nibble_matrix(4));
   const __m256i raw =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * u)));
-  const __m256i grid_values = _mm256_shuffle_epi8(grid, _mm256_gf2p8affine_epi64_epi8(raw, matrix, 0));
-  return _mm512_mullo_epi16(_mm512_cvtepi8_epi16(grid_values), _mm512_set1_epi16(scales[u]));
+  return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(grid, _mm256_gf2p8affine_epi64_epi8(raw, matrix, 0)));
+}
+
+// Run u as 32 words (sc - 32) · kIq4Values[q].
+inline __m512i run_values(const uint8_t* b, int u, const int16_t* scales) {
+  return _mm512_mullo_epi16(run_grid_values(b, u), _mm512_set1_epi16(scales[u]));
 }
 
 // DecodeRowInt16Fn of the integer GEMM: each run's grid values kIq4Values[q] (|.| <= 127,
 // within its 16-bit lanes' bound) with the run's scale d · (sc - 32), no offset.
 void iq4_xs_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
   const auto* w = static_cast<const uint8_t*>(row);
-  const __m256i grid =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values)));
-  const __m256i matrix = _mm256_setr_epi64x(nibble_matrix(0), nibble_matrix(0), nibble_matrix(4), nibble_matrix(4));
   for (int64_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* b = w + sb * kIQ4XSBytes;
     alignas(16) int16_t run_scale[8];
     run_scales_simd(b, run_scale);
     const float d = half_at(b);
     for (int u = 0; u < 8; ++u) {
-      const __m256i raw =
-          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * u)));
-      const __m256i grid_values = _mm256_shuffle_epi8(grid, _mm256_gf2p8affine_epi64_epi8(raw, matrix, 0));
-      _mm512_storeu_si512(values + 256 * sb + 32 * u, _mm512_cvtepi8_epi16(grid_values));
+      _mm512_storeu_si512(values + 256 * sb + 32 * u, run_grid_values(b, u));
       scales[8 * sb + u] = d * static_cast<float>(run_scale[u]);
       offsets[8 * sb + u] = 0.0f;
     }

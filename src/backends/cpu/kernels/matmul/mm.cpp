@@ -14,15 +14,6 @@
 namespace onepass::cpu {
 namespace {
 
-// x's rows from `row` on.
-XInt16 rows_from(const XInt16& x, int64_t row) {
-  XInt16 rows = x;
-  rows.q += row * x.k;
-  rows.group_scale += row * x.groups;
-  if (rows.block_sum != nullptr) rows.block_sum += row * (x.k / 32);
-  return rows;
-}
-
 // x of a matmul rounded for the integer GEMM in per-thread scratch slot 2, all m rows, and
 // what it was rounded from: a thread's later tasks of the same level (cpu_level_id) with the
 // same x take it as it is.
@@ -79,7 +70,7 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
                              kernels.int16_block_sums || half_block_offsets, kernels.decode_int16_half_blocks);
       packed_n0 = n0;
     }
-    gemm_int16(tile, rows_from(x, m0), m_count, a.out + m0 * a.out_stride + n0, a.out_stride,
+    gemm_int16(tile, x.rows_from(m0), m_count, a.out + m0 * a.out_stride + n0, a.out_stride,
                half_sums != nullptr ? half_sums + m0 * (a.k / 16) : nullptr);
   }
 }
