@@ -468,6 +468,7 @@ TEST(BatchedStep, PoolFullIsAnErrorThatChangesNothing) {
   o.sequences = 2;
   o.kv_block_size = 4;
   o.kv_blocks = 3;
+  o.kv_type = DType::f32;  // as MoreSequencesThanContextPositions: 1e-5 needs an f32 cache
   LlamaModel model(testing::cpu_backend(), *src, o);
   KvBlockPool& pool = model.kv_pool();
   const Script first{some_tokens(8, rng, c.vocab_size), {}, 0};
