@@ -67,14 +67,14 @@ inline bool cpu_rounds_x_to_int16(const Backend& backend, DType t) {
 
 /// Whether the CPU backend's matrix-matrix products (more rows of x than the matrix-vector
 /// kernels take) with weights of type t round x as cpu_rounds_x_to_int16 says (the integer
-/// GEMM, avx512_vnni only; on amx the GEMM serves the formats the AMX tiles do not).
+/// GEMM, on every x86-64 vector set; on amx it serves the formats the AMX tiles do not).
 inline bool cpu_mm_rounds_x_to_int16(const Backend& backend, DType t) {
   const bool formats =
       t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q5_1 || t == DType::q8_0 ||
       t == DType::iq4_nl || t == DType::q2_k || t == DType::q3_k || t == DType::q4_k || t == DType::q5_k ||
       t == DType::q6_k || t == DType::iq4_xs;
   const std::string& isa = backend.info().isa;
-  return backend.kind() == BackendKind::cpu && (isa == "avx512_vnni" || isa == "amx") && formats;
+  return backend.kind() == BackendKind::cpu && isa != "portable" && formats;
 }
 
 /// A directory name for the running test under the system's temporary directory:

@@ -766,18 +766,13 @@ TEST(CpuRowKernels, Int16WeightRowsMatchFloat64) {
   if (tested == 0) GTEST_SKIP() << "no set with 16-bit x kernels for several weight rows";
 }
 
-// The integer GEMM of the mm kernels (avx512_vnni): the 16-bit row decoders against the
+// The integer GEMM of the mm kernels (avx512_vnni, avx2): the 16-bit row decoders against the
 // dequantized rows; packed tiles of 16 and of 5 rows (the rest zero, outputs past them left
-// alone) and 19 rows of x (two 8-row passes and a 3-row one), each element within the
+// alone) and 19 rows of x (passes of 8 and 3 rows on avx512_vnni, of 3 and 1 on avx2), each element within the
 // 16-bit x tolerance of float64 and the same bits whatever the tile's rows, the row's place
 // in it, and the rows of x beside it. q2_k and q6_k decode to half blocks (scales per 16
 // values); q2_k's mins go through x's integers, so its whole weight counts in the tolerance.
-TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
-  if (!cpu::isa_supported(cpu::Isa::avx512_vnni)) GTEST_SKIP() << "no avx512_vnni";
-  const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE(cat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  constexpr cpu::Isa kIsa = cpu::Isa::avx512_vnni;
+void expect_gemm_int16_matches_float64(const cpu::Isa kIsa, std::mt19937_64& rng) {
   for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl, DType::q2_k,
                   DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k, DType::iq4_xs}) {
     SCOPED_TRACE(dtype_name(t));
@@ -827,12 +822,12 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
     for (const Shape shape : {Shape{0, 16}, Shape{0, 5}, Shape{3, 13}}) {
       const cpu::XInt16 xi = cpu::round_x_int16(x.data(), x_stride, kXRows, k, kernels.int16_block_sums,
                                                 cpu::XInt16Order::values, kIsa);
-      const float* half_sums = half_offsets ? cpu::int16_half_block_sums(xi, kXRows) : nullptr;
+      const float* half_sums = half_offsets ? cpu::int16_half_block_sums(xi, kXRows, kIsa) : nullptr;
       const cpu::Int16Tile tile =
           cpu::pack_int16_tile(kernels.decode_int16, spaced.data() + shape.first * w_row_bytes, w_row_bytes,
-                               shape.n, k, chunk_bytes, tile_offsets, halves);
+                               shape.n, k, chunk_bytes, tile_offsets, halves, kIsa);
       std::vector<float> out(static_cast<size_t>(kXRows * kOutStride), -1.0f);
-      cpu::gemm_int16(tile, xi, kXRows, out.data(), kOutStride, half_sums);
+      cpu::gemm_int16(tile, xi, kXRows, out.data(), kOutStride, kIsa, half_sums);
       for (int64_t i = 0; i < kXRows; ++i) {
         for (int64_t r = 0; r < kOutStride; ++r) {
           const float got = out[static_cast<size_t>(i * kOutStride + r)];
@@ -859,16 +854,30 @@ TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
     for (int64_t i = 0; i < kXRows; i += 6) {
       const cpu::XInt16 xi = cpu::round_x_int16(&x[i * x_stride], x_stride, 1, k, kernels.int16_block_sums,
                                                 cpu::XInt16Order::values, kIsa);
-      const float* half_sums = half_offsets ? cpu::int16_half_block_sums(xi, 1) : nullptr;
+      const float* half_sums = half_offsets ? cpu::int16_half_block_sums(xi, 1, kIsa) : nullptr;
       const cpu::Int16Tile tile = cpu::pack_int16_tile(kernels.decode_int16, spaced.data(), w_row_bytes, kRows, k,
-                                                       chunk_bytes, tile_offsets, halves);
+                                                       chunk_bytes, tile_offsets, halves, kIsa);
       std::vector<float> out(kRows, -1.0f);
-      cpu::gemm_int16(tile, xi, 1, out.data(), kRows, half_sums);
+      cpu::gemm_int16(tile, xi, 1, out.data(), kRows, kIsa, half_sums);
       for (int64_t r = 0; r < kRows; ++r) {
         ASSERT_EQ(out[r], outs[0][static_cast<size_t>(i * kOutStride + r)]) << "x row " << i << " alone, weight row " << r;
       }
     }
   }
+}
+
+TEST(CpuGemmInt16, PackedTilesMatchFloat64) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  int tested = 0;
+  for (const cpu::Isa isa : {cpu::Isa::avx512_vnni, cpu::Isa::avx2}) {
+    if (!cpu::isa_supported(isa)) continue;
+    SCOPED_TRACE(cpu::isa_name(isa));
+    expect_gemm_int16_matches_float64(isa, rng);
+    ++tested;
+  }
+  if (tested == 0) GTEST_SKIP() << "no x86-64 vector set";
 }
 
 // The k-quants' rows on x split into bytes per 256-value group (avx512_vnni), q2_k's and

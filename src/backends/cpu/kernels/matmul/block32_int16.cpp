@@ -12,7 +12,8 @@
 // through four weight rows at a time (dot_weight_rows).
 //
 // Isa::avx2: two vpmaddwd per block (16 values each) and one f32 FMA, where the f32 path
-// converts the block's 32 values to f32 and multiplies them in four FMAs per row of x.
+// converts the block's 32 values to f32 and multiplies them in four FMAs per row of x. With
+// one row of x, all six formats go through four weight rows at a time (dot_weight_rows).
 //
 // No 32-bit lane overflows: a lane of a block's integer sum (2 products per lane with
 // vpdpwssd from zero, 4 with avx2's two vpmaddwd added) adds at most 4 products of a weight
@@ -584,6 +585,78 @@ void round_row(const float* x, int64_t k, int16_t* q, float* group_scale, float*
   }
 }
 
+// How far ahead of the weights being read dot_weight_rows_r asks for them, and past which
+// lead into L2 rather than L1: avx512_vnni's kPrefetchBytes and kPrefetchL1MaxBytes.
+constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kPrefetchL1MaxBytes = 16384;
+
+// As avx512_vnni::dot_weight_rows_r with vpmaddwd: R weight rows with one row of x, each
+// block of x loaded once for the R rows, each row's blocks in one f32 sum (the R rows are
+// the independent chains), the weights asked for ahead in address order. A row's value does
+// not depend on R.
+template <typename Fmt, int R, int kLocality>
+void dot_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, float* out) {
+  const int64_t blocks = x.k / 32;
+  const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
+  __m256 acc[R];
+  float offsets[R] = {};
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t g0 = 0, g = 0; g0 < blocks; g0 += kXInt16Group / 32, ++g) {
+    const int64_t g1 = std::min(blocks, g0 + kXInt16Group / 32);
+    __m256 part[R];
+    for (int r = 0; r < R; ++r) part[r] = _mm256_setzero_ps();
+    for (int64_t b = g0; b < g1; ++b) {
+      for (int64_t o = 0; o < R * Fmt::kBytes; o += 64) {
+        __builtin_prefetch(w + lead + b * R * Fmt::kBytes + o, 0, kLocality);
+      }
+      const __m256i x0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.q + 32 * b));
+      const __m256i x1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.q + 32 * b + 16));
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* wb = w + r * w_row_bytes + b * Fmt::kBytes;
+        __m256i v0, v1;
+        Fmt::values(wb, v0, v1);
+        const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(v0, x0), _mm256_madd_epi16(v1, x1));
+        part[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_at(wb)), part[r]);
+        // One fused multiply-add whatever R (the compiler may pair the rows' scalar chains).
+        if constexpr (Fmt::kOffset) offsets[r] = std::fma(Fmt::offset(wb), x.block_sum[b], offsets[r]);
+      }
+    }
+    const __m256 scale = _mm256_set1_ps(x.group_scale[g]);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(part[r], scale, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = simd::hsum(acc[r]) + offsets[r];
+}
+
+template <typename Fmt, int kLocality>
+void dot_weight_rows_at(const uint8_t* w, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
+  for_weight_row_groups<4>(n, [&]<int kRows>(int64_t r) {
+    dot_weight_rows_r<Fmt, kRows, kLocality>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
+}
+
+// DotWeightRowsInt16Fn: four weight rows at a time.
+template <typename Fmt>
+void dot_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
+  const auto* w = static_cast<const uint8_t*>(rows);
+  if (4 * w_row_bytes > kPrefetchL1MaxBytes) return dot_weight_rows_at<Fmt, 2>(w, w_row_bytes, n, x, out);
+  dot_weight_rows_at<Fmt, 3>(w, w_row_bytes, n, x, out);
+}
+
+// DecodeRowInt16Fn of the integer GEMM on avx2: each block's integer values, its d and its m.
+template <typename Fmt>
+void decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  const auto* w = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* wb = w + b * Fmt::kBytes;
+    __m256i v0, v1;
+    Fmt::values(wb, v0, v1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + 32 * b), v0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + 32 * b + 16), v1);
+    scales[b] = half_at(wb);
+    offsets[b] = Fmt::offset(wb);
+  }
+}
+
 }  // namespace
 }  // namespace onepass::cpu::avx2
 ONEPASS_AVX2_END
@@ -674,6 +747,24 @@ DotRowsInt16Fn block32_int16_dot(DType w, Isa isa) {
 
 DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
+  if (isa == Isa::avx2 || isa == Isa::avx512) {
+    switch (w) {
+      case DType::q4_0:
+        return avx2::dot_weight_rows<avx2::Q4_0>;
+      case DType::q4_1:
+        return avx2::dot_weight_rows<avx2::Q4_1>;
+      case DType::q8_0:
+        return avx2::dot_weight_rows<avx2::Q8_0>;
+      case DType::q5_0:
+        return avx2::dot_weight_rows<avx2::Q5_0>;
+      case DType::q5_1:
+        return avx2::dot_weight_rows<avx2::Q5_1>;
+      case DType::iq4_nl:
+        return avx2::dot_weight_rows<avx2::IQ4_NL>;
+      default:
+        return nullptr;
+    }
+  }
   if (isa != Isa::avx512_vnni) return nullptr;
   switch (w) {
     case DType::q4_0:
@@ -700,6 +791,24 @@ DotWeightRowsInt16Fn block32_int16_dot_weight_rows(DType w, Isa isa) {
 
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
+  if (isa == Isa::avx2 || isa == Isa::avx512) {
+    switch (w) {
+      case DType::q4_0:
+        return avx2::decode_int16<avx2::Q4_0>;
+      case DType::q4_1:
+        return avx2::decode_int16<avx2::Q4_1>;
+      case DType::q5_0:
+        return avx2::decode_int16<avx2::Q5_0>;
+      case DType::q8_0:
+        return avx2::decode_int16<avx2::Q8_0>;
+      case DType::q5_1:
+        return avx2::decode_int16<avx2::Q5_1>;
+      case DType::iq4_nl:
+        return avx2::decode_int16<avx2::IQ4_NL>;
+      default:
+        return nullptr;
+    }
+  }
   if (isa != Isa::avx512_vnni) return nullptr;
   switch (w) {
     case DType::q4_0:

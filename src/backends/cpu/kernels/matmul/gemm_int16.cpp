@@ -1,6 +1,7 @@
-// The integer GEMM of the mm kernels (Isa::avx512_vnni): weight rows decoded to 16-bit
-// integers with an f32 scale and offset per 32 values (RowKernels::decode_int16), x rounded
-// as the matrix-vector kernels round it (XInt16), so prefill and decode see the same x.
+// The integer GEMM of the mm kernels (Isa::avx512_vnni; avx2 and avx512 below): weight rows
+// decoded to 16-bit integers with an f32 scale and offset per 32 values
+// (RowKernels::decode_int16), x rounded as the matrix-vector kernels round it (XInt16), so
+// prefill and decode see the same x.
 //
 // A tile of kInt16TileRows weight rows is packed "vertically": per pair of values one
 // 64-byte vector holding that pair of each of the 16 rows, so one vpdpwssd with a
@@ -22,6 +23,11 @@
 // 2^24), scaled by the half's scale; q2_k's mins are the offsets times the sums of x's 16
 // integers (int16_half_block_sums), added to the group's f32 sum before its scale, so they
 // see x rounded exactly as the values do.
+//
+// Isa::avx2 (and avx512 without VNNI) multiplies the same packed tiles with vpmaddwd (two
+// products per int32 lane) and vpaddd: the same exact integer sums per 32 (16) values, group
+// by group through all rows of x, so that the group's 8 KiB of the tile stay in L1 (see
+// avx2::gemm).
 //
 // Each output lane is computed the same way whatever the number of weight rows (the packed
 // tile has zero rows past them), the place of the row in the tile, or MR: results do not
@@ -212,12 +218,187 @@ void half_block_sums(const XInt16& x, int64_t m, float* sums) {
 }  // namespace
 }  // namespace onepass::cpu::avx512_vnni
 ONEPASS_AVX512_VNNI_END
+
+ONEPASS_AVX2_BEGIN
+namespace onepass::cpu::avx2 {
+namespace {
+
+// The Isa::avx2 GEMM (also Isa::avx512 without VNNI) on the same packed tiles: each 64-byte
+// pair vector of the 16 rows is two halves of 8 rows, taken one after the other; vpmaddwd
+// gives each row's two products of a pair in one int32 lane, vpaddd adds them up. Per 32
+// values the same exact integer sums as vpdpwssd, the same f32 steps after them.
+
+// rows[r] (8 dwords each) into cols[c] (dword r of cols[c] = dword c of rows[r]).
+inline void transpose_8x8(const __m256i rows[8], __m256i cols[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
+  }
+  // u[4q + c], 128-bit lane L: rows 4q .. 4q + 3 of column 4L + c.
+  for (int q = 0; q < 2; ++q) {
+    u[4 * q] = _mm256_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 1] = _mm256_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 2] = _mm256_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm256_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    cols[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+    cols[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+  }
+}
+
+// As avx512_vnni::pack_chunk: four 8 x 8 transposes per 32-value block.
+void pack_chunk(const int16_t* chunk, int64_t values, int64_t first_block, int32_t* pairs) {
+  for (int64_t j = 0; j < values / 32; ++j) {
+    int32_t* dst = pairs + (first_block + j) * 16 * kInt16TileRows;
+    for (int rh = 0; rh < 2; ++rh) {
+      for (int ch = 0; ch < 2; ++ch) {
+        __m256i rows[8], cols[8];
+        for (int r = 0; r < 8; ++r) {
+          rows[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(chunk + (8 * rh + r) * kPackChunk + 32 * j + 16 * ch));
+        }
+        transpose_8x8(rows, cols);
+        for (int c = 0; c < 8; ++c) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (8 * ch + c) * kInt16TileRows + 8 * rh), cols[c]);
+        }
+      }
+    }
+  }
+}
+
+// As avx512_vnni::pack_chunk_scales.
+void pack_chunk_scales(const float* chunk, int64_t stride, int64_t units, float* dst) {
+  for (int64_t j = 0; j < units; ++j) {
+    for (int64_t r = 0; r < kInt16TileRows; ++r) dst[j * kInt16TileRows + r] = chunk[r * stride + j];
+  }
+}
+
+inline __m256i broadcast_pair(const int16_t* x) {
+  int32_t pair;
+  std::memcpy(&pair, x, 4);
+  return _mm256_set1_epi32(pair);
+}
+
+enum class Layout { blocks, blocks_offsets, halves, halves_offsets };
+
+// MR rows of x with the 16 rows of the tile over the blocks [b0, b1) of group g, as
+// avx512_vnni::tile_rows per lane: per pair of values the two halves' vectors (rows 0..7 and
+// 8..15) with one broadcast pair of x each. The integer sums and the group's sums stay in
+// registers (4 MR of the 16); acc, the rows' 16 output sums, is in memory, touched once per
+// group (and per block for the formats with offsets per block).
+template <int MR, Layout kLayout>
+void group_rows(const Int16Tile& tile, const XInt16& x, const float* half_sums, int64_t b0, int64_t b1, int64_t g,
+                float (*acc)[16]) {
+  constexpr bool kHalves = kLayout == Layout::halves || kLayout == Layout::halves_offsets;
+  constexpr int kUnits = kHalves ? 2 : 1;
+  constexpr int kPairs = 16 / kUnits;
+  const int64_t blocks = tile.k / 32;
+  __m256 part[MR][2];
+  for (int i = 0; i < MR; ++i) part[i][0] = part[i][1] = _mm256_setzero_ps();
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int u = 0; u < kUnits; ++u) {
+      const int32_t* wp = tile.pairs + (b * 16 + u * kPairs) * kInt16TileRows;
+      const int16_t* xu = x.q + 32 * b + 2 * kPairs * u;
+      __m256i sum[MR][2];
+      for (int i = 0; i < MR; ++i) sum[i][0] = sum[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+      for (int p = 0; p < kPairs; ++p) {
+        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + p * kInt16TileRows));
+        const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + p * kInt16TileRows + 8));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m256i xp = broadcast_pair(xu + i * x.k + 2 * p);
+          sum[i][0] = _mm256_add_epi32(sum[i][0], _mm256_madd_epi16(w0, xp));
+          sum[i][1] = _mm256_add_epi32(sum[i][1], _mm256_madd_epi16(w1, xp));
+        }
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_load_ps(tile.scales + (b * kUnits + u) * kInt16TileRows + 8 * h);
+        for (int i = 0; i < MR; ++i) part[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i][h]), scale, part[i][h]);
+        if constexpr (kLayout == Layout::halves_offsets) {
+          const __m256 offset = _mm256_load_ps(tile.offsets + (b * kUnits + u) * kInt16TileRows + 8 * h);
+          for (int i = 0; i < MR; ++i) {
+            part[i][h] = _mm256_fmadd_ps(offset, _mm256_set1_ps(half_sums[i * 2 * blocks + 2 * b + u]), part[i][h]);
+          }
+        }
+      }
+    }
+    if constexpr (kLayout == Layout::blocks_offsets) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256 offset = _mm256_load_ps(tile.offsets + b * kInt16TileRows + 8 * h);
+        for (int i = 0; i < MR; ++i) {
+          _mm256_store_ps(acc[i] + 8 * h, _mm256_fmadd_ps(offset, _mm256_set1_ps(x.block_sum[i * blocks + b]),
+                                                          _mm256_load_ps(acc[i] + 8 * h)));
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    const __m256 group_scale = _mm256_set1_ps(x.group_scale[i * x.groups + g]);
+    for (int h = 0; h < 2; ++h) {
+      _mm256_store_ps(acc[i] + 8 * h, _mm256_fmadd_ps(part[i][h], group_scale, _mm256_load_ps(acc[i] + 8 * h)));
+    }
+  }
+}
+
+template <Layout kLayout, int MR>
+void group_rows_take(int64_t take, const Int16Tile& tile, const XInt16& x, const float* half_sums, int64_t b0,
+                     int64_t b1, int64_t g, float (*acc)[16]) {
+  if constexpr (MR > 1) {
+    if (take < MR) return group_rows_take<kLayout, MR - 1>(take, tile, x, half_sums, b0, b1, g, acc);
+  }
+  group_rows<MR, kLayout>(tile, x, half_sums, b0, b1, g, acc);
+}
+
+// Group by group (256 values: 8 KiB of the packed tile, which stays in L1), all rows of x
+// (up to 64 at a time) in turn, 3 at a time.
+template <Layout kLayout>
+void gemm(const Int16Tile& tile, const XInt16& x, const float* half_sums, int64_t m, float* out, int64_t out_stride) {
+  constexpr int64_t kMr = 3;  // 6 integer sums, 6 group sums, 2 weight vectors and x: 15 of the 16 registers
+  constexpr int64_t kChunk = 64;
+  constexpr int64_t kGroupBlocks = kXInt16Group / 32;
+  const int64_t blocks = tile.k / 32;
+  alignas(32) float acc[kChunk][16];
+  for (int64_t c0 = 0; c0 < m; c0 += kChunk) {
+    const int64_t rows = std::min(m - c0, kChunk);
+    std::fill(&acc[0][0], &acc[0][0] + rows * 16, 0.0f);
+    for (int64_t b0 = 0, g = 0; b0 < blocks; b0 += kGroupBlocks, ++g) {
+      const int64_t b1 = std::min(blocks, b0 + kGroupBlocks);
+      for (int64_t row = 0; row < rows; row += kMr) {
+        group_rows_take<kLayout, kMr>(std::min(rows - row, kMr), tile, x.rows_from(c0 + row),
+                                      half_sums != nullptr ? half_sums + (c0 + row) * (x.k / 16) : nullptr, b0, b1, g,
+                                      acc + row);
+      }
+    }
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(acc[i], tile.rows, out + (c0 + i) * out_stride);
+  }
+}
+
+void half_block_sums(const XInt16& x, int64_t m, float* sums) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < m; ++i) {
+    const int16_t* row = x.q + i * x.k;
+    float* dst = sums + i * (x.k / 16);
+    for (int64_t h = 0; h < x.k / 16; ++h) {
+      const __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 * h)), ones);
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+      dst[h] = static_cast<float>(_mm_cvtsi128_si32(s));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace onepass::cpu::avx2
+ONEPASS_AVX2_END
 #endif  // ONEPASS_CPU_X86
 
 namespace onepass::cpu {
 
 Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_row_bytes, int64_t n, int64_t k,
-                          int64_t chunk_bytes, bool offsets, bool half_blocks) {
+                          int64_t chunk_bytes, bool offsets, bool half_blocks, Isa isa) {
   check(n >= 1 && n <= kInt16TileRows && k % 32 == 0, "cpu", "an int16 weight tile takes 1 to ", kInt16TileRows,
         " rows of whole 32-value blocks, got ", n, " rows of ", k);
   const int64_t blocks = k / 32;
@@ -255,19 +436,26 @@ Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_r
       decode(row + c * chunk_bytes, values, chunk + r * kPackChunk, chunk_scales + r * chunk_units,
              chunk_offsets + r * chunk_units);
     }
-    avx512_vnni::pack_chunk(chunk, values, c0 / 32, pairs);
     const int64_t chunk_scale_count = units * values / 32;
-    avx512_vnni::pack_chunk_scales(chunk_scales, chunk_units, chunk_scale_count,
-                                   scales + units * c0 / 32 * kInt16TileRows);
-    avx512_vnni::pack_chunk_scales(chunk_offsets, chunk_units, chunk_scale_count,
-                                   block_offsets + units * c0 / 32 * kInt16TileRows);
+    float* chunk_scales_dst = scales + units * c0 / 32 * kInt16TileRows;
+    float* chunk_offsets_dst = block_offsets + units * c0 / 32 * kInt16TileRows;
+    if (isa == Isa::avx512_vnni) {
+      avx512_vnni::pack_chunk(chunk, values, c0 / 32, pairs);
+      avx512_vnni::pack_chunk_scales(chunk_scales, chunk_units, chunk_scale_count, chunk_scales_dst);
+      avx512_vnni::pack_chunk_scales(chunk_offsets, chunk_units, chunk_scale_count, chunk_offsets_dst);
+    } else {
+      avx2::pack_chunk(chunk, values, c0 / 32, pairs);
+      avx2::pack_chunk_scales(chunk_scales, chunk_units, chunk_scale_count, chunk_scales_dst);
+      avx2::pack_chunk_scales(chunk_offsets, chunk_units, chunk_scale_count, chunk_offsets_dst);
+    }
   }
 #else
   (void)decode;
   (void)w;
   (void)w_row_bytes;
   (void)chunk_bytes;
-  check(false, "cpu", "the int16 GEMM is an avx512_vnni path");
+  (void)isa;
+  check(false, "cpu", "the int16 GEMM is an x86-64 path");
 #endif
   tile.pairs = pairs;
   tile.scales = scales;
@@ -275,18 +463,23 @@ Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_r
   return tile;
 }
 
-const float* int16_half_block_sums(const XInt16& x, int64_t m) {
+const float* int16_half_block_sums(const XInt16& x, int64_t m, Isa isa) {
   thread_local std::vector<float> sums;
   sums.resize(static_cast<size_t>(m * (x.k / 16)));
 #if ONEPASS_CPU_X86
-  avx512_vnni::half_block_sums(x, m, sums.data());
+  if (isa == Isa::avx512_vnni) {
+    avx512_vnni::half_block_sums(x, m, sums.data());
+  } else {
+    avx2::half_block_sums(x, m, sums.data());
+  }
 #else
-  check(false, "cpu", "the int16 GEMM is an avx512_vnni path");
+  (void)isa;
+  check(false, "cpu", "the int16 GEMM is an x86-64 path");
 #endif
   return sums.data();
 }
 
-void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride,
+void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride, Isa isa,
                 const float* half_sums) {
   const bool needs_block_sums = tile.offsets != nullptr && !tile.half_blocks;
   const bool needs_half_sums = tile.offsets != nullptr && tile.half_blocks;
@@ -294,17 +487,25 @@ void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, i
         "cpu", "int16 GEMM: x of ", x.k, " values for a tile of ", tile.k,
         ", with block sums where the tile has offsets per 32 values, half-block sums where per 16");
 #if ONEPASS_CPU_X86
-  using avx512_vnni::Layout;
-  if (needs_half_sums) return avx512_vnni::gemm<Layout::halves_offsets>(tile, x, half_sums, m, out, out_stride);
-  if (tile.half_blocks) return avx512_vnni::gemm<Layout::halves>(tile, x, nullptr, m, out, out_stride);
-  if (needs_block_sums) return avx512_vnni::gemm<Layout::blocks_offsets>(tile, x, nullptr, m, out, out_stride);
-  return avx512_vnni::gemm<Layout::blocks>(tile, x, nullptr, m, out, out_stride);
+  if (isa == Isa::avx512_vnni) {
+    using avx512_vnni::Layout;
+    if (needs_half_sums) return avx512_vnni::gemm<Layout::halves_offsets>(tile, x, half_sums, m, out, out_stride);
+    if (tile.half_blocks) return avx512_vnni::gemm<Layout::halves>(tile, x, nullptr, m, out, out_stride);
+    if (needs_block_sums) return avx512_vnni::gemm<Layout::blocks_offsets>(tile, x, nullptr, m, out, out_stride);
+    return avx512_vnni::gemm<Layout::blocks>(tile, x, nullptr, m, out, out_stride);
+  }
+  using avx2::Layout;
+  if (needs_half_sums) return avx2::gemm<Layout::halves_offsets>(tile, x, half_sums, m, out, out_stride);
+  if (tile.half_blocks) return avx2::gemm<Layout::halves>(tile, x, nullptr, m, out, out_stride);
+  if (needs_block_sums) return avx2::gemm<Layout::blocks_offsets>(tile, x, nullptr, m, out, out_stride);
+  return avx2::gemm<Layout::blocks>(tile, x, nullptr, m, out, out_stride);
 #else
+  (void)isa;
   (void)m;
   (void)out;
   (void)out_stride;
   (void)half_sums;
-  check(false, "cpu", "the int16 GEMM is an avx512_vnni path");
+  check(false, "cpu", "the int16 GEMM is an x86-64 path");
 #endif
 }
 

@@ -243,6 +243,30 @@ void iq4_xs_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, in
   });
 }
 
+// DecodeRowInt16Fn of the integer GEMM on avx2: as avx512_vnni::iq4_xs_decode_int16 (each
+// run's grid values kIq4Values[q], the run's scale d · (sc - 32), no offset).
+void iq4_xs_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  const auto* w = static_cast<const uint8_t*>(row);
+  const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ops::kIq4Values));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* b = w + sb * kIQ4XSBytes;
+    alignas(16) int16_t run_scale[8];
+    run_scales(b, run_scale);
+    const float d = half_at(b);
+    for (int u = 0; u < 8; ++u) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * u));
+      int16_t* v = values + 256 * sb + 32 * u;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v),
+                          _mm256_cvtepi8_epi16(_mm_shuffle_epi8(grid, _mm_and_si128(raw, low4))));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + 16),
+                          _mm256_cvtepi8_epi16(_mm_shuffle_epi8(grid, _mm_and_si128(_mm_srli_epi16(raw, 4), low4))));
+      scales[8 * sb + u] = d * static_cast<float>(run_scale[u]);
+      offsets[8 * sb + u] = 0.0f;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace onepass::cpu::avx2
 ONEPASS_AVX2_END
@@ -264,6 +288,7 @@ DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa) {
 DecodeRowInt16Fn iq4_xs_int16_decode(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (w == DType::iq4_xs && isa == Isa::avx512_vnni) return avx512_vnni::iq4_xs_decode_int16;
+  if (w == DType::iq4_xs && (isa == Isa::avx2 || isa == Isa::avx512)) return avx2::iq4_xs_decode_int16;
 #else
   (void)w;
   (void)isa;

@@ -481,6 +481,28 @@ void kasym_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int
   });
 }
 
+// DecodeRowInt16Fn of the integer GEMM on avx2: as avx512_vnni::kasym_decode_int16 (per
+// sub-block the 32 words sc · q, d as the scale, -dmin · mn as the offset).
+template <bool kFifthBit>
+void kasym_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  constexpr int64_t kBytes = kFifthBit ? 176 : 144;
+  const auto* w = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* wb = w + b * kBytes;
+    alignas(8) uint8_t sc[8], mn[8];
+    kquant_scale_bytes(wb, sc, mn);
+    int16_t* v = values + 256 * b;
+    kasym_sub_blocks<kFifthBit>(wb, sc, [&](auto chunk, __m256i v0, __m256i v1) {
+      constexpr int s = decltype(chunk)::value;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + 32 * s), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + 32 * s + 16), v1);
+    });
+    _mm256_storeu_ps(scales + 8 * b, _mm256_set1_ps(half_at(wb)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn))));
+    _mm256_storeu_ps(offsets + 8 * b, _mm256_mul_ps(m, _mm256_set1_ps(-half_at(wb + 2))));
+  }
+}
+
 }  // namespace
 }  // namespace onepass::cpu::avx2
 ONEPASS_AVX2_END
@@ -521,6 +543,8 @@ DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa == Isa::avx512_vnni && w == DType::q4_k) return avx512_vnni::kasym_decode_int16<false>;
   if (isa == Isa::avx512_vnni && w == DType::q5_k) return avx512_vnni::kasym_decode_int16<true>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q4_k) return avx2::kasym_decode_int16<false>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q5_k) return avx2::kasym_decode_int16<true>;
 #else
   (void)w;
   (void)isa;

@@ -379,6 +379,25 @@ void low_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64
   });
 }
 
+// DecodeRowInt16Fn of the integer GEMM on avx2 (q3_k): as avx512_vnni::q3k_decode_int16, per
+// 16 values the words (sc - 32) · q, d as the scale, no offset.
+void q3k_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
+  const auto* w = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* wb = w + b * Q3K::kBytes;
+    int16_t* v = values + 256 * b;
+    Q3K::sub_blocks(wb, [&](auto sub, __m256i words, __m256i) {
+      constexpr int i = decltype(sub)::value;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + 16 * i), words);
+    });
+    const float d = Q3K::d(wb);
+    for (int j = 0; j < 8; ++j) {
+      scales[8 * b + j] = d;
+      offsets[8 * b + j] = 0.0f;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace onepass::cpu::avx2
 ONEPASS_AVX2_END
@@ -416,6 +435,7 @@ DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa) {
 DecodeRowInt16Fn kquant_low_int16_decode(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa == Isa::avx512_vnni && w == DType::q3_k) return avx512_vnni::q3k_decode_int16;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q3_k) return avx2::q3k_decode_int16;
 #else
   (void)w;
   (void)isa;

@@ -56,7 +56,7 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
   const XInt16& x = rounded_x(a, kernels.int16_block_sums, isa);
   // q2_k's mins: offsets per 16 values times the sums of x's integers.
   const bool half_block_offsets = kernels.decode_int16_half_blocks && W == DType::q2_k;
-  const float* half_sums = half_block_offsets ? int16_half_block_sums(x, a.m) : nullptr;
+  const float* half_sums = half_block_offsets ? int16_half_block_sums(x, a.m, isa) : nullptr;
   int64_t packed_n0 = -1;
   Int16Tile tile;
   for (uint64_t b = first; b < end; ++b) {
@@ -67,10 +67,10 @@ void mm_int16(const ops::MatmulArgs& a, const RowKernels& kernels, const LaunchD
     if (n_count <= 0 || m_count <= 0) continue;
     if (n0 != packed_n0) {
       tile = pack_int16_tile(kernels.decode_int16, w + n0 * a.w_row_bytes, a.w_row_bytes, n_count, a.k, chunk_bytes,
-                             kernels.int16_block_sums || half_block_offsets, kernels.decode_int16_half_blocks);
+                             kernels.int16_block_sums || half_block_offsets, kernels.decode_int16_half_blocks, isa);
       packed_n0 = n0;
     }
-    gemm_int16(tile, x.rows_from(m0), m_count, a.out + m0 * a.out_stride + n0, a.out_stride,
+    gemm_int16(tile, x.rows_from(m0), m_count, a.out + m0 * a.out_stride + n0, a.out_stride, isa,
                half_sums != nullptr ? half_sums + m0 * (a.k / 16) : nullptr);
   }
 }

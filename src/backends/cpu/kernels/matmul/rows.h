@@ -65,9 +65,10 @@ DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa);
 DotRowsInt16Fn iq4_xs_int16_dot(DType w, Isa isa);
 DotWeightRowsInt16Fn iq4_xs_int16_dot_weight_rows(DType w, Isa isa);
 // The 16-bit integer row decoders of the integer GEMM (RowKernels::decode_int16) on
-// Isa::avx512_vnni: q4_0, q4_1, q5_0, q5_1, q8_0 and iq4_nl (block32_int16.cpp), q4_k and q5_k
-// (kquant_int16.cpp), q3_k (kquant_low_int16.cpp), q2_k and q6_k with scales per 16 values
-// (kquant16_decode_int16.cpp), iq4_xs (iq4_xs_int16.cpp); null for the other types and sets.
+// Isa::avx512_vnni, avx512 and avx2: q4_0, q4_1, q5_0, q5_1, q8_0 and iq4_nl
+// (block32_int16.cpp), q4_k and q5_k (kquant_int16.cpp), q3_k (kquant_low_int16.cpp), q2_k
+// and q6_k with scales per 16 values (kquant16_decode_int16.cpp), iq4_xs (iq4_xs_int16.cpp);
+// null for the other types and for Isa::portable.
 DecodeRowInt16Fn block32_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_int16_decode(DType w, Isa isa);
 DecodeRowInt16Fn kquant_low_int16_decode(DType w, Isa isa);  // q3_k (kquant_low_int16.cpp)
@@ -153,19 +154,19 @@ inline constexpr int64_t kInt16TileRows = 16;
 /// multiple of 32) with `decode` into an Int16Tile in per-thread scratch slot 0 (valid until
 /// the thread's next use of it); chunk_bytes is the bytes of 256 values of a row, which
 /// `decode` is given at a time; half_blocks as RowKernels::decode_int16_half_blocks says.
-/// Isa::avx512_vnni.
+/// isa: avx512_vnni (vpdpwssd), or avx2 and avx512 (vpmaddwd).
 Int16Tile pack_int16_tile(DecodeRowInt16Fn decode, const uint8_t* w, int64_t w_row_bytes, int64_t n, int64_t k,
-                          int64_t chunk_bytes, bool offsets, bool half_blocks = false);
+                          int64_t chunk_bytes, bool offsets, bool half_blocks, Isa isa);
 /// The sums of x's integers per 16 values, which gemm_int16 takes for a half-block tile with
 /// offsets: sums[i * (k / 16) + j / 16] for the m rows of x (exact in f32: |sum| < 2^20), in a
 /// per-thread buffer valid until the thread's next call.
-const float* int16_half_block_sums(const XInt16& x, int64_t m);
+const float* int16_half_block_sums(const XInt16& x, int64_t m, Isa isa);
 /// out[i * out_stride + r] = Σ_j x_i[j] · w_r[j] for i < m, r < tile.rows, x rounded as
 /// XInt16 says (in value order; with block sums when the tile has offsets per 32 values,
 /// with int16_half_block_sums as half_sums when it has them per 16); exact integer sums per
 /// 32 values (16 with half blocks), f32 beyond. An element's value depends only on its two
-/// rows. Isa::avx512_vnni.
-void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride,
+/// rows and the instruction set (isa as pack_int16_tile's).
+void gemm_int16(const Int16Tile& tile, const XInt16& x, int64_t m, float* out, int64_t out_stride, Isa isa,
                 const float* half_sums = nullptr);
 
 /// The CpuKernelFn of mv_<w>_f32 (mv.cpp), mm_<w>_f32 (mm.cpp) and mv_fused_<w>_f32
