@@ -403,8 +403,9 @@ inline __m256i bit_to_4(__m256i v) {
 }
 
 // The 8 sub-blocks of the q4_k / q5_k super-block at b: f(Chunk<s>, v0, v1), the words
-// sc · q of values 0..15 and 16..31 of sub-block s (see avx512_vnni::kasym_pairs).
-template <bool kFifthBit, typename F>
+// sc · q of values 0..15 and 16..31 of sub-block s (see avx512_vnni::kasym_pairs); the bare
+// q without kScaled.
+template <bool kFifthBit, bool kScaled = true, typename F>
 inline void kasym_sub_blocks(const uint8_t* b, const uint8_t sc[8], F&& f) {
   const uint8_t* qs = b + (kFifthBit ? 48 : 16);
   const __m256i low4 = _mm256_set1_epi16(0x000F);
@@ -420,8 +421,12 @@ inline void kasym_sub_blocks(const uint8_t* b, const uint8_t sc[8], F&& f) {
       v0 = _mm256_or_si256(v0, _mm256_and_si256(bit_to_4<s>(qh0), bit4));
       v1 = _mm256_or_si256(v1, _mm256_and_si256(bit_to_4<s>(qh1), bit4));
     }
-    const __m256i scale = _mm256_set1_epi16(sc[s]);
-    f(Chunk<s>{}, _mm256_mullo_epi16(v0, scale), _mm256_mullo_epi16(v1, scale));
+    if constexpr (kScaled) {
+      const __m256i scale = _mm256_set1_epi16(sc[s]);
+      f(Chunk<s>{}, _mm256_mullo_epi16(v0, scale), _mm256_mullo_epi16(v1, scale));
+    } else {
+      f(Chunk<s>{}, v0, v1);
+    }
   };
   auto pair = [&](auto p_constant) {
     constexpr int p = decltype(p_constant)::value;
@@ -481,6 +486,92 @@ void kasym_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int
   });
 }
 
+// How far ahead of the weights being read the weight-row kernels ask for them (see
+// block32_int16.cpp's dot_weight_rows_r).
+constexpr int64_t kPrefetchBytes = 4096;
+
+// R weight rows with one row of x (DotWeightRowsInt16Fn): R streams read side by side, the
+// weights asked into L2 ahead in address order. Each sub-block's integer sum of its bare
+// quants (no 16-bit multiply by sc, which would share the multiplier with vpmaddwd) goes
+// into f32 times d · sc · group scale, the sub-blocks taking turns over two sums per row; a
+// row's value does not depend on R.
+template <bool kFifthBit, int R>
+void kasym_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, float* out) {
+  constexpr int64_t kBytes = kFifthBit ? 176 : 144;
+  const int64_t blocks = x.k / 256;
+  const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
+  __m256 acc[R][2], mins[R];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = mins[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t o = 0; o < R * kBytes; o += 64) __builtin_prefetch(w + lead + b * R * kBytes + o, 0, 2);
+    const int16_t* xb = x.q + 256 * b;
+    const __m256 block_sums = _mm256_loadu_ps(x.block_sum + 8 * b);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* wb = w + r * w_row_bytes + b * kBytes;
+      alignas(8) uint8_t sc[8], mn[8];
+      kquant_scale_bytes(wb, sc, mn);
+      alignas(32) float scales[8];
+      _mm256_store_ps(scales, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)))),
+                                            _mm256_set1_ps(half_at(wb) * x.group_scale[b])));
+      kasym_sub_blocks<kFifthBit, false>(wb, sc, [&](auto chunk, __m256i v0, __m256i v1) {
+        constexpr int c = decltype(chunk)::value;
+        const __m256i t =
+            _mm256_add_epi32(_mm256_madd_epi16(v0, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + 32 * c))),
+                             _mm256_madd_epi16(v1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + 32 * c + 16))));
+        acc[r][c % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_broadcast_ss(scales + c), acc[r][c % 2]);
+      });
+      const __m256 m = _mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)))),
+          _mm256_set1_ps(-half_at(wb + 2)));
+      mins[r] = _mm256_fmadd_ps(m, block_sums, mins[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = simd::hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + simd::hsum(mins[r]);
+}
+
+template <bool kFifthBit>
+void kasym_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
+  const auto* w = static_cast<const uint8_t*>(rows);
+  for_weight_row_groups<2>(n, [&]<int kRows>(int64_t r) {
+    kasym_weight_rows_r<kFifthBit, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
+}
+
+// As kasym_weight_rows_r for q6_k (its sc · (q - 32) words, as q6_k_dot_group): each row's
+// value the one q6_k_dot_group gives it alone, whatever R.
+template <int R>
+void q6_k_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, float* out) {
+  const int64_t blocks = x.k / 256;
+  const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t o = 0; o < R * kQ6KBytes; o += 64) __builtin_prefetch(w + lead + b * R * kQ6KBytes + o, 0, 2);
+    const int16_t* xb = x.q + 256 * b;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* wb = w + r * w_row_bytes + b * kQ6KBytes;
+      __m256i sum0 = _mm256_setzero_si256(), sum1 = _mm256_setzero_si256();
+      q6_k_runs(wb, [&](auto chunk, __m256i v0, __m256i v1) {
+        constexpr int c = decltype(chunk)::value;
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(v0, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + 32 * c))));
+        sum1 = _mm256_add_epi32(sum1,
+                                _mm256_madd_epi16(v1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + 32 * c + 16))));
+      });
+      const __m256 total = _mm256_add_ps(_mm256_cvtepi32_ps(sum0), _mm256_cvtepi32_ps(sum1));
+      acc[r] = _mm256_fmadd_ps(total, _mm256_set1_ps(half_at(wb + 208) * x.group_scale[b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = simd::hsum(acc[r]);
+}
+
+void q6_k_weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
+  const auto* w = static_cast<const uint8_t*>(rows);
+  for_weight_row_groups<2>(n, [&]<int kRows>(int64_t r) {
+    q6_k_weight_rows_r<kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
+}
+
 // DecodeRowInt16Fn of the integer GEMM on avx2: as avx512_vnni::kasym_decode_int16 (per
 // sub-block the 32 words sc · q, d as the scale, -dmin · mn as the offset).
 template <bool kFifthBit>
@@ -532,6 +623,9 @@ DotWeightRowsInt16Fn kquant_int16_dot_weight_rows(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa == Isa::avx512_vnni && w == DType::q4_k) return avx512_vnni::kasym_weight_rows<false>;
   if (isa == Isa::avx512_vnni && w == DType::q5_k) return avx512_vnni::kasym_weight_rows<true>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q4_k) return avx2::kasym_weight_rows<false>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q5_k) return avx2::kasym_weight_rows<true>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q6_k) return avx2::q6_k_weight_rows;
 #else
   (void)w;
   (void)isa;
