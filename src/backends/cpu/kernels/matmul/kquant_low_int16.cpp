@@ -379,6 +379,49 @@ void low_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64
   });
 }
 
+// How far ahead of the weights being read weight_rows_r asks for them (see
+// block32_int16.cpp's dot_weight_rows_r).
+constexpr int64_t kPrefetchBytes = 4096;
+
+// R weight rows with one row of x (DotWeightRowsInt16Fn): R streams read side by side, the
+// weights asked into L2 ahead in address order; each row's value the one low_dot_group
+// gives it alone (the same sums in the same order), whatever R.
+template <typename Fmt, int R>
+void weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x, float* out) {
+  const int64_t blocks = x.k / 256;
+  const int64_t lead = std::max<int64_t>(kPrefetchBytes, R * w_row_bytes);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t o = 0; o < R * Fmt::kBytes; o += 64) __builtin_prefetch(w + lead + b * R * Fmt::kBytes + o, 0, 2);
+    const int16_t* xb = x.q + 256 * b;
+    const float scale = x.group_scale[b];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* wb = w + r * w_row_bytes + b * Fmt::kBytes;
+      __m256i sum = _mm256_setzero_si256(), min_sum = _mm256_setzero_si256();
+      Fmt::sub_blocks(wb, [&](auto sub, __m256i values, __m256i mins) {
+        constexpr int c = decltype(sub)::value;
+        const __m256i xs = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + 16 * c));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(values, xs));
+        if constexpr (Fmt::kMin) min_sum = _mm256_add_epi32(min_sum, _mm256_madd_epi16(mins, xs));
+      });
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(Fmt::d(wb) * scale), acc[r]);
+      if constexpr (Fmt::kMin) {
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_sum), _mm256_set1_ps(-Fmt::dmin(wb) * scale), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = simd::hsum(acc[r]);
+}
+
+template <typename Fmt>
+void weight_rows(const void* rows, int64_t w_row_bytes, int64_t n, const XInt16& x, float* out) {
+  const auto* w = static_cast<const uint8_t*>(rows);
+  for_weight_row_groups<2>(n, [&]<int kRows>(int64_t r) {
+    weight_rows_r<Fmt, kRows>(w + r * w_row_bytes, w_row_bytes, x, out + r);
+  });
+}
+
 // DecodeRowInt16Fn of the integer GEMM on avx2 (q3_k): as avx512_vnni::q3k_decode_int16, per
 // 16 values the words (sc - 32) · q, d as the scale, no offset.
 void q3k_decode_int16(const void* row, int64_t k, int16_t* values, float* scales, float* offsets) {
@@ -425,6 +468,8 @@ DotWeightRowsInt16Fn kquant_low_int16_dot_weight_rows(DType w, Isa isa) {
 #if ONEPASS_CPU_X86
   if (isa == Isa::avx512_vnni && w == DType::q2_k) return avx512_vnni::weight_rows<avx512_vnni::Q2K>;
   if (isa == Isa::avx512_vnni && w == DType::q3_k) return avx512_vnni::weight_rows<avx512_vnni::Q3K>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q2_k) return avx2::weight_rows<avx2::Q2K>;
+  if ((isa == Isa::avx2 || isa == Isa::avx512) && w == DType::q3_k) return avx2::weight_rows<avx2::Q3K>;
 #else
   (void)w;
   (void)isa;
