@@ -224,9 +224,10 @@ namespace onepass::cpu::avx2 {
 namespace {
 
 // The Isa::avx2 GEMM (also Isa::avx512 without VNNI) on the same packed tiles: each 64-byte
-// pair vector of the 16 rows is two halves of 8 rows, taken one after the other; vpmaddwd
-// gives each row's two products of a pair in one int32 lane, vpaddd adds them up. Per 32
-// values the same exact integer sums as vpdpwssd, the same f32 steps after them.
+// pair vector of the 16 rows is two vectors of 8 rows, both multiplied with each broadcast
+// pair of x; vpmaddwd gives each row's two products of a pair in one int32 lane, vpaddd adds
+// them up. Per 32 values the same exact integer sums as vpdpwssd, the same f32 steps after
+// them.
 
 // rows[r] (8 dwords each) into cols[c] (dword r of cols[c] = dword c of rows[r]).
 inline void transpose_8x8(const __m256i rows[8], __m256i cols[8]) {
