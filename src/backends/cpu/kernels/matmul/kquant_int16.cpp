@@ -392,6 +392,12 @@ void q6_k_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int6
 
 
 
+// The 8 mins of a q4_k / q5_k super-block times -dmin, as f32 lanes (avx512_vnni's kasym_mins).
+inline __m256 kasym_mins(const uint8_t* b, const uint8_t mn[8]) {
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn))));
+  return _mm256_mul_ps(m, _mm256_set1_ps(-half_at(b + 2)));
+}
+
 // Bit s of each word moved to bit 4 (the other bits are masked off by the caller).
 template <int s>
 inline __m256i bit_to_4(__m256i v) {
@@ -466,8 +472,7 @@ void kasym_dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_
       }
     });
     const float d = half_at(wb);
-    const __m256 m = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)))),
-                                   _mm256_set1_ps(-half_at(wb + 2)));
+    const __m256 m = kasym_mins(wb, mn);
     for (int i = 0; i < M; ++i) {
       const __m256 total = _mm256_cvtepi32_ps(_mm256_add_epi32(sum[i][0], sum[i][1]));
       acc[i] = _mm256_fmadd_ps(total, _mm256_set1_ps(d * x.group_scale[i * x.groups + b]), acc[i]);
@@ -521,10 +526,7 @@ void kasym_weight_rows_r(const uint8_t* w, int64_t w_row_bytes, const XInt16& x,
                              _mm256_madd_epi16(v1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + 32 * c + 16))));
         acc[r][c % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_broadcast_ss(scales + c), acc[r][c % 2]);
       });
-      const __m256 m = _mm256_mul_ps(
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)))),
-          _mm256_set1_ps(-half_at(wb + 2)));
-      mins[r] = _mm256_fmadd_ps(m, block_sums, mins[r]);
+      mins[r] = _mm256_fmadd_ps(kasym_mins(wb, mn), block_sums, mins[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = simd::hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + simd::hsum(mins[r]);
@@ -589,8 +591,7 @@ void kasym_decode_int16(const void* row, int64_t k, int16_t* values, float* scal
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + 32 * s + 16), v1);
     });
     _mm256_storeu_ps(scales + 8 * b, _mm256_set1_ps(half_at(wb)));
-    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn))));
-    _mm256_storeu_ps(offsets + 8 * b, _mm256_mul_ps(m, _mm256_set1_ps(-half_at(wb + 2))));
+    _mm256_storeu_ps(offsets + 8 * b, kasym_mins(wb, mn));
   }
 }
 
