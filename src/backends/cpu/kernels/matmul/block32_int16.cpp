@@ -43,6 +43,19 @@ int64_t x_row_bytes(int64_t k) {
   return (bytes + 63) / 64 * 64;
 }
 
+// How far ahead of the weights being read dot_weight_rows_r asks for them (bytes along each
+// row and the rows that follow it): the R rows are read side by side, R streams a few
+// hundred bytes long each for the small products, which the hardware prefetchers do not
+// pick up as they do one long stream.
+constexpr int64_t kPrefetchBytes = 4096;
+
+// Past this many bytes ahead (four q4_0 rows of 8192 values, four q8_0 rows of 4096) the
+// weights are asked into L2 rather than L1: a lead that long, with x (2 bytes per value,
+// 16 KiB for 8192 values), is more than L1 holds, and x would be pushed out before its next
+// use. Measured on 2048 x 8192 q4_0 with 2 threads: the L2 hint streams the weights from
+// DRAM 1.5 times as fast; on rows of 2048 values the L1 hint is faster.
+constexpr int64_t kPrefetchL1MaxBytes = 16384;
+
 }  // namespace
 }  // namespace onepass::cpu
 
@@ -205,19 +218,6 @@ void dot_group(const uint8_t* w, const XInt16& x, float* out, int64_t out_stride
                           ((offsets[i][0] + offsets[i][1]) + (offsets[i][2] + offsets[i][3]));
   }
 }
-
-// How far ahead of the weights being read dot_weight_rows_r asks for them (bytes along each
-// row and the rows that follow it): the R rows are read side by side, R streams a few
-// hundred bytes long each for the small products, which the hardware prefetchers do not
-// pick up as they do one long stream.
-constexpr int64_t kPrefetchBytes = 4096;
-
-// Past this many bytes ahead (four q4_0 rows of 8192 values, four q8_0 rows of 4096) the
-// weights are asked into L2 rather than L1: a lead that long, with x (2 bytes per value,
-// 16 KiB for 8192 values), is more than L1 holds, and x would be pushed out before its next
-// use. Measured on 2048 x 8192 q4_0 with 2 threads: the L2 hint streams the weights from
-// DRAM 1.5 times as fast; on rows of 2048 values the L1 hint is faster.
-constexpr int64_t kPrefetchL1MaxBytes = 16384;
 
 // R weight rows with one row of x: each block of x is loaded once for the R rows, and
 // each row's blocks go into one f32 sum (the R rows are the independent chains), scaled
@@ -584,11 +584,6 @@ void round_row(const float* x, int64_t k, int16_t* q, float* group_scale, float*
     }
   }
 }
-
-// How far ahead of the weights being read dot_weight_rows_r asks for them, and past which
-// lead into L2 rather than L1: avx512_vnni's kPrefetchBytes and kPrefetchL1MaxBytes.
-constexpr int64_t kPrefetchBytes = 4096;
-constexpr int64_t kPrefetchL1MaxBytes = 16384;
 
 // As avx512_vnni::dot_weight_rows_r with vpmaddwd: R weight rows with one row of x, each
 // block of x loaded once for the R rows, each row's blocks in one f32 sum (the R rows are

@@ -43,6 +43,11 @@ inline void kquant_scale_bytes(const uint8_t* b, uint8_t sc[8], uint8_t mn[8]) {
   std::memcpy(mn, m, 8);
 }
 
+// How far ahead of the weights being read kasym_weight_rows_r asks for them, in bytes along
+// the rows read side by side (see block32_int16.cpp's dot_weight_rows_r: R short streams,
+// which the hardware prefetchers do not pick up as one long one).
+constexpr int64_t kPrefetchBytes = 4096;
+
 }  // namespace
 }  // namespace onepass::cpu
 
@@ -255,11 +260,6 @@ void kasym_decode_int16(const void* row, int64_t k, int16_t* values, float* scal
     _mm256_storeu_ps(offsets + 8 * b, kasym_mins(wb, mn));
   }
 }
-
-// How far ahead of the weights being read kasym_weight_rows_r asks for them, in bytes along
-// the rows read side by side (see block32_int16.cpp's dot_weight_rows_r: R short streams,
-// which the hardware prefetchers do not pick up as one long one).
-constexpr int64_t kPrefetchBytes = 4096;
 
 // R weight rows with one row of x: each super-block of x is loaded once for the R rows, each
 // row's integer sum scaled by d · group scale into its f32 sum, its mins into an 8-lane sum.
@@ -490,10 +490,6 @@ void kasym_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int
     kasym_dot_group<kFifthBit, M>(w, rows, o, out_stride);
   });
 }
-
-// How far ahead of the weights being read the weight-row kernels ask for them (see
-// block32_int16.cpp's dot_weight_rows_r).
-constexpr int64_t kPrefetchBytes = 4096;
 
 // R weight rows with one row of x (DotWeightRowsInt16Fn): R streams read side by side, the
 // weights asked into L2 ahead in address order. Each sub-block's integer sum of its bare

@@ -42,6 +42,10 @@ inline void q3k_scale_bytes(const uint8_t* packed, uint8_t out[16]) {
   std::memcpy(out, words, 16);
 }
 
+// How far ahead of the weights being read the weight_rows_r kernels ask for them (see
+// block32_int16.cpp's dot_weight_rows_r).
+constexpr int64_t kPrefetchBytes = 4096;
+
 }  // namespace
 }  // namespace onepass::cpu
 
@@ -199,10 +203,6 @@ void q3k_decode_int16(const void* row, int64_t k, int16_t* values, float* scales
     }
   }
 }
-
-// How far ahead of the weights being read weight_rows_r asks for them (see
-// block32_int16.cpp's dot_weight_rows_r).
-constexpr int64_t kPrefetchBytes = 4096;
 
 // R weight rows with one row of x: each run of x is loaded once for the R rows (their
 // integer sums are R independent chains). A row's value does not depend on R.
@@ -378,10 +378,6 @@ void low_dot_rows(const void* row, const XInt16& x, int64_t m, float* out, int64
     low_dot_group<Fmt, M>(w, rows, o, out_stride);
   });
 }
-
-// How far ahead of the weights being read weight_rows_r asks for them (see
-// block32_int16.cpp's dot_weight_rows_r).
-constexpr int64_t kPrefetchBytes = 4096;
 
 // R weight rows with one row of x (DotWeightRowsInt16Fn): R streams read side by side, the
 // weights asked into L2 ahead in address order; each row's value the one low_dot_group
